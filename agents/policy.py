@@ -1,0 +1,153 @@
+"""The one place that talks to the vLLM server (its OpenAI-compatible API).
+
+`PolicyClient.generate` runs a list of requests concurrently so the server batches them, streams
+tokens to a callback as they arrive, and returns each completion's text, token counts and latency.
+Adapters are loaded at run time under a new name per version (`agent1-v3`): reloading under an old
+name can serve stale prefix-cache blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+from openai import AsyncOpenAI
+
+
+class PolicyError(RuntimeError):
+    """The server refused or failed a request; the message says which and why."""
+
+
+@dataclass
+class Request:
+    """One chat completion: whose adapter (None for the base model), what it sees, how to sample."""
+
+    messages: list[dict]
+    adapter: str | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    adapter: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    first_token_s: float | None
+    finish_reason: str | None
+
+
+@dataclass
+class PolicyClient:
+    """Client of one vLLM server; `base_model` is the server's served model name."""
+
+    base_url: str
+    base_model: str = "base"
+    timeout_s: float = 600.0
+    loaded: dict[str, str] = field(default_factory=dict)  # adapter name -> folder, for restore
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+
+    # -- generation -------------------------------------------------------------------------
+    def generate(
+        self, requests: list[Request], on_token: Callable[[int, str], None] | None = None
+    ) -> list[Completion]:
+        """Run `requests` concurrently; `on_token(i, text)` gets each streamed piece of request i."""
+        return asyncio.run(self.agenerate(requests, on_token))
+
+    async def agenerate(
+        self, requests: list[Request], on_token: Callable[[int, str], None] | None = None
+    ) -> list[Completion]:
+        async with AsyncOpenAI(
+            base_url=f"{self.base_url}/v1", api_key="EMPTY", timeout=self.timeout_s, max_retries=2
+        ) as client:
+            return list(
+                await asyncio.gather(
+                    *(self._complete(client, i, r, on_token) for i, r in enumerate(requests))
+                )
+            )
+
+    async def _complete(
+        self, client: AsyncOpenAI, index: int, request: Request, on_token
+    ) -> Completion:
+        model = request.adapter or self.base_model
+        start = time.perf_counter()
+        first_token_s, pieces, usage, finish = None, [], None, None
+        try:
+            stream = await client.chat.completions.create(
+                model=model,
+                messages=request.messages,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                seed=request.seed,
+                stop=request.stop,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        if first_token_s is None:
+                            first_token_s = time.perf_counter() - start
+                        pieces.append(choice.delta.content)
+                        if on_token:
+                            on_token(index, choice.delta.content)
+                    finish = choice.finish_reason or finish
+        except Exception as e:
+            raise PolicyError(f"request {index} to {model!r} failed: {e}") from e
+        return Completion(
+            text="".join(pieces),
+            adapter=request.adapter,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else len(pieces),
+            latency_s=time.perf_counter() - start,
+            first_token_s=first_token_s,
+            finish_reason=finish,
+        )
+
+    # -- adapters ---------------------------------------------------------------------------
+    def _post(self, path: str, payload: dict) -> None:
+        response = httpx.post(f"{self.base_url}{path}", json=payload, timeout=120)
+        if response.status_code != 200:
+            raise PolicyError(f"{path} {payload}: HTTP {response.status_code}: {response.text[:500]}")
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT adapter folder `path` under the new name `name` (e.g. `agent1-v3`)."""
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self.loaded[name] = str(path)
+
+    def unload_adapter(self, name: str) -> None:
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        self.loaded.pop(name, None)
+
+    def list_adapters(self) -> list[str]:
+        """Names of the adapters the server has loaded (the base model is not listed)."""
+        return [m["id"] for m in self.models() if m["id"] != self.base_model]
+
+    def models(self) -> list[dict]:
+        response = httpx.get(f"{self.base_url}/v1/models", timeout=10)
+        response.raise_for_status()
+        return response.json()["data"]
+
+    def restore_adapters(self) -> None:
+        """Load again every adapter this client loaded: a restarted server has none."""
+        for name, path in list(self.loaded.items()):
+            self.load_adapter(name, path)
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False

