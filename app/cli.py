@@ -44,7 +44,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         else:
             model = provision_model(args.model)
             config = ServerConfig(
-                model=str(model), served_name=args.served_name, port=args.vllm_port, agents=args.agents
+                model=str(model),
+                served_name=args.served_name,
+                port=args.vllm_port,
+                agents=args.agents,
             )
             server = VLLMServer(config)
             print(f"starting vLLM on {server.url} (log: {server.log_path}); about a minute on CPU")
@@ -87,11 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=7860, help="port of the web app (default 7860)")
     p.add_argument("--model", default=default_model, help=MODEL_HELP)
     p.add_argument(
-        "--vllm-url", help="use this running vLLM server (e.g. http://gpu-node:8000) instead of starting one"
+        "--vllm-url",
+        help="use this running vLLM server (e.g. http://gpu-node:8000) instead of starting one",
     )
-    p.add_argument("--vllm-port", type=int, default=0, help="port of the managed vLLM (default: a free one)")
+    p.add_argument(
+        "--vllm-port", type=int, default=0, help="port of the managed vLLM (default: a free one)"
+    )
     p.add_argument("--served-name", default="base", help="the server's name for the base model")
-    p.add_argument("--agents", type=int, default=4, choices=range(1, 5), help="most agents per team (sizes max_loras)")
+    p.add_argument(
+        "--agents",
+        type=int,
+        default=4,
+        choices=range(1, 5),
+        help="most agents per team (sizes max_loras)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("doctor", help="check the environment; exits non-zero on any problem")

@@ -65,7 +65,10 @@ def check_model(spec: str) -> tuple[bool, str]:
     if expected and gguf.is_file():
         actual = sha256_of(gguf)
         if actual != expected:
-            return False, f"model {spec}: GGUF sha256 {actual} != {expected}; delete {gguf} and rerun setup"
+            return (
+                False,
+                f"model {spec}: GGUF sha256 {actual} != {expected}; delete {gguf} and rerun setup",
+            )
     if expected and provenance.get("sha256") != expected:
         return False, f"model {spec} was converted from a GGUF with another hash; rerun setup"
     return True, f"model {spec} at {resolved} (sha256 {provenance['sha256'][:12]}… ok)"
@@ -83,7 +86,9 @@ def check_server(url: str | None) -> tuple[bool, str]:
 def check_disk() -> tuple[bool, str]:
     free_gb = shutil.disk_usage(coteam_home()).free / 1e9
     ok = free_gb >= MIN_FREE_GB
-    return ok, f"{free_gb:.1f} GB free in {coteam_home()}" + ("" if ok else f" (need {MIN_FREE_GB} GB)")
+    return ok, f"{free_gb:.1f} GB free in {coteam_home()}" + (
+        "" if ok else f" (need {MIN_FREE_GB} GB)"
+    )
 
 
 def check_home_writable() -> tuple[bool, str]:

@@ -1,0 +1,47 @@
+"""Shared fixtures: the real model and one real vLLM server for the whole session."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.policy import PolicyClient  # noqa: E402
+from agents.server import ServerConfig, VLLMServer  # noqa: E402
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` still runs (zombies waiting to be reaped don't count)."""
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return False
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    """The default model's converted Hugging Face folder (made by `make setup`, or here)."""
+    return provision_model(os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(model_path, tmp_path_factory):
+    """One real vLLM server on the real model; after the session no process of it remains."""
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = VLLMServer(ServerConfig(model=str(model_path), agents=2), log_path=log_path)
+    server.start()
+    yield server
+    pgid = server._proc.pid
+    server.stop()
+    assert not process_group_alive(pgid), "vLLM processes survived stop()"
+
+
+@pytest.fixture(scope="session")
+def policy(vllm_server):
+    return PolicyClient(vllm_server.url)

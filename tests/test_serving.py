@@ -1,0 +1,153 @@
+"""The real vLLM server on the real model: generation, batching, a PEFT LoRA adapter loaded at run
+time, restart after a crash, and no orphan process whatever way CoTeam stops."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import torch
+
+from agents.policy import PolicyError, Request
+from tests.conftest import process_group_alive
+
+pytestmark = pytest.mark.integration
+
+PROMPT = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
+
+
+def test_base_model_streams_text_with_counts_and_latency(policy):
+    pieces = []
+    [done] = policy.generate(
+        [Request(PROMPT, max_tokens=16)], on_token=lambda i, t: pieces.append((i, t))
+    )
+    assert done.text.strip()
+    assert "".join(t for _, t in pieces) == done.text
+    assert {i for i, _ in pieces} == {0}
+    assert 0 < done.completion_tokens <= 16 and done.prompt_tokens > 10
+    assert 0 < done.first_token_s <= done.latency_s
+    assert done.adapter is None
+
+
+def test_concurrent_requests_keep_order_and_greedy_output(policy):
+    prompts = [
+        [{"role": "user", "content": f"What is {n} + {n}? Answer with the number only."}]
+        for n in (2, 3, 4, 5)
+    ]
+    alone = [policy.generate([Request(p, max_tokens=8)])[0].text for p in prompts]
+    together = [c.text for c in policy.generate([Request(p, max_tokens=8) for p in prompts])]
+    assert together == alone
+    assert "4" in together[0] and "10" in together[3]
+
+
+def test_unknown_adapter_is_a_clear_error(policy):
+    with pytest.raises(PolicyError, match="no-such-adapter"):
+        policy.generate([Request(PROMPT, adapter="no-such-adapter", max_tokens=4)])
+
+
+@pytest.fixture(scope="module")
+def peft_adapter(model_path, tmp_path_factory):
+    """A real LoRA adapter: one gradient step of PEFT on the base model, saved; plus PEFT's own
+    greedy continuation of PROMPT for comparison."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = get_peft_model(
+        model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    )
+    chat = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
+    batch = tokenizer(chat + "Purple! Purple is my favourite primary colour.", return_tensors="pt")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-2)
+    loss = model(**batch, labels=batch["input_ids"]).loss
+    loss.backward()
+    optimizer.step()
+    model.eval()
+    folder = tmp_path_factory.mktemp("adapters") / "agent1-v1"
+    model.save_pretrained(folder)
+    prompt_ids = tokenizer(chat, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**prompt_ids, max_new_tokens=12, do_sample=False)
+    text = tokenizer.decode(out[0, prompt_ids["input_ids"].shape[1] :], skip_special_tokens=True)
+    return folder, text
+
+
+def test_lora_adapter_loads_at_run_time_and_matches_peft(policy, peft_adapter):
+    folder, peft_text = peft_adapter
+    base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
+    policy.load_adapter("agent1-v1", str(folder))
+    assert "agent1-v1" in policy.list_adapters()
+    [tuned] = policy.generate([Request(PROMPT, adapter="agent1-v1", max_tokens=12)])
+    assert tuned.adapter == "agent1-v1"
+    assert tuned.text != base, "the adapter did not change the output"
+    assert tuned.text.strip() == peft_text.strip(), "vLLM's LoRA output differs from PEFT's"
+    # Base and adapter requests in one batch: each keeps its own output.
+    mixed = policy.generate(
+        [Request(PROMPT, max_tokens=12), Request(PROMPT, adapter="agent1-v1", max_tokens=12)]
+    )
+    assert [c.text for c in mixed] == [base, tuned.text]
+
+
+def test_adapter_unloads(policy, peft_adapter):
+    folder, _ = peft_adapter
+    policy.load_adapter("agent1-v2", str(folder))
+    policy.unload_adapter("agent1-v2")
+    assert "agent1-v2" not in policy.list_adapters()
+    with pytest.raises(PolicyError, match="load_lora_adapter"):
+        policy.load_adapter("agent1-v3", "/nonexistent/adapter")
+
+
+def test_server_restarts_after_a_crash_and_restores_adapters(vllm_server, policy, peft_adapter):
+    folder, _ = peft_adapter
+    if "agent1-v1" not in policy.loaded:
+        policy.load_adapter("agent1-v1", str(folder))
+    vllm_server.on_restart.append(policy.restore_adapters)
+    guard = psutil.Process(vllm_server._proc.pid)
+    [api_server] = [p for p in guard.children() if "api_server" in " ".join(p.cmdline())]
+    api_server.kill()
+    deadline = time.monotonic() + 600
+    while (
+        vllm_server.restarts == 0
+        or not vllm_server.healthy()
+        or "agent1-v1" not in policy.list_adapters()
+    ):
+        assert time.monotonic() < deadline, f"no restart:\n{vllm_server.log_tail()}"
+        time.sleep(2)
+    assert not guard.is_running()
+    assert policy.generate([Request(PROMPT, adapter="agent1-v1", max_tokens=4)])[0].text
+
+
+ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from agents.server import ServerConfig, VLLMServer
+    server = VLLMServer(ServerConfig(model=sys.argv[1], agents=1), log_path=Path(sys.argv[2]))
+    server.start()
+    print(server._proc.pid, flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+def test_no_orphans_when_coteam_is_killed(model_path, tmp_path):
+    """SIGKILL the process that started a healthy server: every vLLM process must go."""
+    app = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(model_path), str(tmp_path / "vllm.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pgid = int(app.stdout.readline())
+    assert process_group_alive(pgid)
+    os.kill(app.pid, signal.SIGKILL)
+    app.wait()
+    deadline = time.monotonic() + 60
+    while process_group_alive(pgid):
+        assert time.monotonic() < deadline, "vLLM processes outlived CoTeam"
+        time.sleep(1)
