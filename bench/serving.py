@@ -1,0 +1,147 @@
+"""Serving benchmark: tokens/s of the same model through the vLLM server and through transformers
+`generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; plus batch-1
+decode against the memory-bandwidth bound.
+
+Bound: decoding one token at batch 1 reads every weight once, so tokens/s <= bandwidth / weight
+bytes. Bandwidth is measured here (a large numpy copy, read + write bytes per second); weight
+bytes are the model's parameters in the dtype vLLM serves (bf16).
+
+Usage: python bench/serving.py [--model PRESET|FOLDER] [--tokens 128] [--vllm-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.policy import PolicyClient, Request  # noqa: E402
+from agents.server import ServerConfig, VLLMServer  # noqa: E402
+
+TASKS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Write a Python function that merges two sorted lists into one sorted list.",
+    "Write a Python function that counts the vowels in a string.",
+    "Write a Python function that returns the prime factors of an integer.",
+    "Write a Python function that flattens a nested list.",
+    "Write a Python function that transposes a matrix given as a list of lists.",
+    "Write a Python function that returns the longest common prefix of a list of strings.",
+]
+
+
+def messages(task: str) -> list[dict]:
+    return [{"role": "user", "content": task}]
+
+
+def memory_bandwidth_gbs(size_mb: int = 512, repeats: int = 5) -> float:
+    src = np.ones(size_mb * 2**20 // 8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9  # each byte is read once and written once
+
+
+def bench_transformers(model_path, tokens: int) -> dict[str, float]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    # fp32: the fastest transformers dtype on this CPU (bf16 matmuls are slower here)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    params = sum(p.numel() for p in model.parameters())
+
+    def run(tasks: list[str]) -> float:
+        chats = [
+            tokenizer.apply_chat_template(messages(t), add_generation_prompt=True, tokenize=False)
+            for t in tasks
+        ]
+        batch = tokenizer(chats, return_tensors="pt", padding=True)
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                **batch,
+                max_new_tokens=tokens,
+                do_sample=len(tasks) > 1,
+                temperature=0.8,
+                top_p=0.95,
+            )
+        elapsed = time.perf_counter() - start
+        new = out[:, batch["input_ids"].shape[1] :]
+        produced = int((new != tokenizer.pad_token_id).sum())
+        return produced / elapsed
+
+    run(TASKS[:1])  # warm-up
+    return {"batch1": run(TASKS[:1]), "batch8": run(TASKS), "params": params}
+
+
+def bench_vllm(client: PolicyClient, tokens: int) -> dict[str, float]:
+    def run(tasks: list[str], temperature: float) -> float:
+        start = time.perf_counter()
+        done = client.generate(
+            [
+                Request(messages(t), max_tokens=tokens, temperature=temperature, top_p=0.95)
+                for t in tasks
+            ]
+        )
+        return sum(c.completion_tokens for c in done) / (time.perf_counter() - start)
+
+    run(TASKS[:1], 0.0)  # warm-up
+    return {"batch1": run(TASKS[:1], 0.0), "batch8": run(TASKS, 0.8)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--tokens", type=int, default=128, help="new tokens per request")
+    parser.add_argument("--vllm-url", help="measure this running server instead of starting one")
+    args = parser.parse_args()
+    model_path = provision_model(args.model)
+
+    print(f"model {args.model}, {args.tokens} new tokens per request, {os.cpu_count()} cores")
+    bandwidth = memory_bandwidth_gbs()
+    print(f"memory bandwidth (numpy copy): {bandwidth:.1f} GB/s")
+    print("transformers generate ...", flush=True)
+    hf = bench_transformers(model_path, args.tokens)
+    print("vLLM server ...", flush=True)
+    server = None
+    if args.vllm_url:
+        client = PolicyClient(args.vllm_url)
+    else:
+        server = VLLMServer(ServerConfig(model=str(model_path), agents=1)).start()
+        client = PolicyClient(server.url)
+    try:
+        vl = bench_vllm(client, args.tokens)
+    finally:
+        if server:
+            server.stop()
+
+    bound = bandwidth * 1e9 / (hf["params"] * 2)  # bf16 weights, each read once per token
+    print()
+    print(f"{'':28s}{'transformers':>14s}{'vLLM':>10s}{'vLLM/HF':>10s}")
+    for key, label in (
+        ("batch1", "batch 1, greedy (tok/s)"),
+        ("batch8", "8 concurrent, sampled (tok/s)"),
+    ):
+        print(f"{label:28s}{hf[key]:14.1f}{vl[key]:10.1f}{vl[key] / hf[key]:9.1f}x")
+    print(
+        f"batch-1 bound {bound:.1f} tok/s ({hf['params'] / 1e6:.0f}M params x 2 bytes at "
+        f"{bandwidth:.1f} GB/s): vLLM reaches {vl['batch1'] / bound:.2f} of it "
+        f"(within 2x: {'yes' if vl['batch1'] * 2 >= bound else 'no'})"
+    )
+
+
+if __name__ == "__main__":
+    main()
