@@ -1,0 +1,179 @@
+"""The adapter registry: every LoRA adapter version of every agent, and which one is active.
+
+States: `candidate` (registered, not yet served), `active` (the one new requests use, exactly
+one per agent at most - the database enforces it), `retired` (was active, replaced or rolled
+back; still on disk for rollback) and `rejected` (a candidate the promotion gate turned down).
+Agent k with no active adapter runs the base model (version 0 in episodes).
+
+Versions are numbered from 1 per agent. `parent` is the version the adapter was trained from
+(None: from the base model). Activation remembers the version it replaced, so
+`rollback_adapter` undoes activations one at a time, like popping a stack:
+
+    register_adapter(db, 0, "adapters/agent0/v3", parent=2)      # candidate
+    activate_adapter(db, 0, 3)                                    # v2 -> retired, v3 active
+    rollback_adapter(db, 0)                                       # v3 -> retired, v2 active
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlite_utils import Database
+
+from store.db import NotFound, StoreError, decode_json, now, rows, write_transaction
+
+
+class AdapterError(StoreError, ValueError):
+    """A registry change that does not make sense (unknown parent, activating a rejected one)."""
+
+
+def register_adapter(
+    db: Database,
+    agent: int,
+    path: str,
+    *,
+    version: int | None = None,
+    parent: int | None = None,
+    metrics: dict | None = None,
+    training_run_id: int | None = None,
+) -> dict:
+    """Register a finished adapter folder as a candidate; return its row.
+
+    `version` defaults to the agent's next number. `parent` must be a registered version of the
+    same agent, or None for an adapter trained from the base model.
+    """
+    if isinstance(agent, bool) or not isinstance(agent, int) or agent < 0:
+        raise AdapterError(f"agents are numbered from 0, got {agent!r}")
+    with write_transaction(db):
+        if version is None:
+            version = (
+                1
+                + rows(
+                    db,
+                    "SELECT coalesce(max(version), 0) AS v FROM adapters WHERE agent = ?",
+                    [agent],
+                )[0]["v"]
+            )
+        elif not isinstance(version, int) or version < 1:
+            raise AdapterError(f"adapter versions are numbered from 1, got {version!r}")
+        elif _find(db, agent, version):
+            raise AdapterError(f"agent {agent} already has an adapter version {version}")
+        if parent is not None and not _find(db, agent, parent):
+            raise AdapterError(f"agent {agent} has no adapter version {parent} to be the parent")
+        db["adapters"].insert(
+            {
+                "agent": agent,
+                "version": version,
+                "path": str(path),
+                "parent_version": parent,
+                "training_run_id": training_run_id,
+                "metrics": json.dumps(metrics or {}),
+                "state": "candidate",
+                "created_at": now(),
+            }
+        )
+        return get_adapter(db, agent, version)
+
+
+def get_adapter(db: Database, agent: int, version: int) -> dict:
+    """One adapter's row (metrics decoded); raises `NotFound`."""
+    found = _find(db, agent, version)
+    if not found:
+        raise NotFound(f"agent {agent} has no adapter version {version}")
+    return found
+
+
+def update_adapter_metrics(db: Database, agent: int, version: int, metrics: dict) -> dict:
+    """Merge evaluation metrics into an adapter's metrics; return the row."""
+    with write_transaction(db):
+        adapter = get_adapter(db, agent, version)
+        merged = {**adapter["metrics"], **metrics}
+        db["adapters"].update(adapter["id"], {"metrics": json.dumps(merged)})
+        return get_adapter(db, agent, version)
+
+
+def activate_adapter(db: Database, agent: int, version: int) -> dict:
+    """Make a version the agent's active adapter (the previous active one is retired).
+
+    Any registered version but a rejected one can be activated; activating the active one
+    changes nothing. Returns the activated row.
+    """
+    with write_transaction(db):
+        target = get_adapter(db, agent, version)
+        if target["state"] == "active":
+            return target
+        if target["state"] == "rejected":
+            raise AdapterError(
+                f"agent {agent} adapter v{version} was rejected; it cannot be active"
+            )
+        current = _active(db, agent)
+        if current:
+            _set_state(db, current, "retired")
+        _set_state(
+            db, target, "active", previous_active_version=current["version"] if current else None
+        )
+        return get_adapter(db, agent, version)
+
+
+def rollback_adapter(db: Database, agent: int) -> dict | None:
+    """Retire the agent's active adapter and reactivate the one it replaced.
+
+    Falls back to its parent if nothing was active before it, and to the base model (returns
+    None) if there is no parent either. Raises `AdapterError` if no adapter is active.
+    """
+    with write_transaction(db):
+        current = _active(db, agent)
+        if not current:
+            raise AdapterError(f"agent {agent} has no active adapter to roll back")
+        _set_state(db, current, "retired")
+        for version in (current["previous_active_version"], current["parent_version"]):
+            if version is None:
+                continue
+            target = get_adapter(db, agent, version)
+            if target["state"] != "rejected":
+                # keep the target's own previous_active_version: a second rollback goes further back
+                _set_state(db, target, "active")
+                return get_adapter(db, agent, version)
+        return None
+
+
+def reject_adapter(db: Database, agent: int, version: int) -> dict:
+    """Mark a candidate the promotion gate turned down as rejected; return its row."""
+    with write_transaction(db):
+        adapter = get_adapter(db, agent, version)
+        if adapter["state"] != "candidate":
+            raise AdapterError(
+                f"only a candidate can be rejected; agent {agent} v{version} is {adapter['state']}"
+            )
+        _set_state(db, adapter, "rejected")
+        return get_adapter(db, agent, version)
+
+
+def adapter_lineage(db: Database, agent: int) -> list[dict]:
+    """Every adapter version of an agent, oldest first, with its parent and state."""
+    found = rows(db, "SELECT * FROM adapters WHERE agent = ? ORDER BY version", [agent])
+    return [decode_json(row, "metrics") for row in found]
+
+
+def active_adapters(db: Database) -> dict[int, dict]:
+    """The active adapter of each agent that has one, as {agent: row}."""
+    found = rows(db, "SELECT * FROM adapters WHERE state = 'active' ORDER BY agent")
+    return {row["agent"]: decode_json(row, "metrics") for row in found}
+
+
+def _find(db: Database, agent: int, version: int) -> dict | None:
+    found = rows(db, "SELECT * FROM adapters WHERE agent = ? AND version = ?", [agent, version])
+    return decode_json(found[0], "metrics") if found else None
+
+
+def _active(db: Database, agent: int) -> dict | None:
+    found = rows(db, "SELECT * FROM adapters WHERE agent = ? AND state = 'active'", [agent])
+    return found[0] if found else None
+
+
+def _set_state(db: Database, adapter: dict, state: str, **extra: object) -> None:
+    stamp = {"active": "activated_at", "retired": "retired_at"}.get(state)
+    updates = {"state": state, **extra}
+    if stamp:
+        updates[stamp] = now()
+    db["adapters"].update(adapter["id"], updates)

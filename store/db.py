@@ -1,0 +1,196 @@
+"""The one place that opens the CoTeam database, and the rules every write follows.
+
+`open_db()` returns a sqlite-utils `Database` on `COTEAM_HOME/coteam.db` (or the path given),
+set up for many writers at once:
+
+- WAL journal, so readers never block the writer and the writer never blocks readers;
+- a 30 s busy timeout, so a writer waits for the lock instead of failing "database is locked";
+- `synchronous=NORMAL`: a killed process loses nothing committed (only a power cut can lose
+  the last transactions), and commits don't wait for fsync;
+- foreign keys on;
+- pending migrations applied (see `store.schema`); a database from a newer CoTeam is refused.
+
+Every write goes through `write_transaction(db)`, which starts with `BEGIN IMMEDIATE`: the write
+lock is taken up front, so two writers never both hold a read snapshot and then deadlock trying
+to upgrade it. The connection is in driver autocommit mode (`isolation_level=None`), so the
+sqlite3 module never opens a transaction behind our back.
+
+Threads and processes: a connection belongs to the thread that opened it (sqlite3 enforces this).
+Open one per thread, process or request - opening is cheap - and close it when done:
+
+    with open_db() as db:
+        episodes = list_episodes(db, limit=20)
+
+Episodes and training runs remember which process is writing them (`current_owner()`), so
+after a crash the rows that process left 'running' can be found and marked failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlite_utils import Database
+
+from store.paths import default_db_path
+
+BUSY_TIMEOUT_S = 30.0
+
+
+class StoreError(Exception):
+    """Base of the errors the store raises on purpose; the message says what and why."""
+
+
+class NotFound(StoreError, LookupError):
+    """A row that was asked for does not exist."""
+
+
+class InvalidState(StoreError, ValueError):
+    """The row exists but is in the wrong state for this change (e.g. finishing a failed episode)."""
+
+
+def open_db(path: str | Path | None = None, *, migrate: bool = True) -> Database:
+    """Open (creating if needed) the CoTeam database and bring its schema up to date.
+
+    `path` defaults to `COTEAM_HOME/coteam.db`. Raises `store.schema.SchemaTooNew` if the file
+    was written by a newer CoTeam. `migrate=False` skips migrations (only tests want that).
+    """
+    from store.schema import migrate as apply_migrations  # schema imports this module
+
+    path = Path(path) if path is not None else default_db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        _use_wal(conn)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        db = Database(conn)
+        if migrate:
+            apply_migrations(db)
+    except BaseException:
+        conn.close()
+        raise
+    return db
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL (a lasting property of the file, so usually already done)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            # Several processes creating the same new file can race for the switch.
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+            continue
+        if mode.lower() != "wal":
+            raise StoreError(f"could not switch the database to WAL mode (journal_mode={mode})")
+        return
+
+
+@contextlib.contextmanager
+def write_transaction(db: Database) -> Iterator[Database]:
+    """Run the block as one write transaction: all of it is committed, or none of it.
+
+    Starts with `BEGIN IMMEDIATE` (waiting up to the busy timeout for the write lock). Nested
+    use becomes a savepoint of the outer transaction, so store functions compose.
+    """
+    if db.conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise
+    else:
+        db.conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def read_snapshot(db: Database) -> Iterator[Database]:
+    """Run the block's reads against one consistent snapshot, while writers carry on."""
+    if db.conn.in_transaction:
+        yield db
+        return
+    db.conn.execute("BEGIN")
+    try:
+        yield db
+    finally:
+        if db.conn.in_transaction:
+            db.conn.execute("COMMIT")
+
+
+def rows(db: Database, sql: str, params: Any = None) -> list[dict]:
+    """Run a query and fetch every row as a dict.
+
+    Fetching at once matters: a half-read cursor keeps an old snapshot open, and a later
+    `BEGIN IMMEDIATE` on that connection would then fail instead of waiting.
+    """
+    return list(db.query(sql, params))
+
+
+def now() -> str:
+    """The current time as an ISO-8601 UTC string, the store's one timestamp format."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def seconds_since(timestamp: str) -> float:
+    """Seconds elapsed since a timestamp written by `now()`."""
+    return (datetime.now(UTC) - datetime.fromisoformat(timestamp)).total_seconds()
+
+
+def current_owner() -> str:
+    """Who is writing: `host:pid:start-time` of this process (start time tells pid reuse apart)."""
+    return _owner_of(psutil.Process())
+
+
+def _owner_of(process: psutil.Process) -> str:
+    return f"{socket.gethostname()}:{process.pid}:{process.create_time():.2f}"
+
+
+def owner_alive(owner: str | None) -> bool:
+    """Whether the process named by `current_owner()` may still be running.
+
+    A process on another host cannot be checked and counts as alive; a missing owner as dead.
+    """
+    if not owner:
+        return False
+    host, pid, _ = owner.rsplit(":", 2)
+    if host != socket.gethostname():
+        return True
+    try:
+        process = psutil.Process(int(pid))
+        # A killed child nobody has reaped yet is a zombie: it writes nothing more.
+        return process.status() != psutil.STATUS_ZOMBIE and _owner_of(process) == owner
+    except psutil.AccessDenied:
+        return True  # someone else's process: it exists, and we cannot tell more
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+
+
+def orphaned(running: list[dict], all_running: bool = False) -> list[dict]:
+    """The rows (with an `owner` column) whose writing process is gone; all with `all_running`."""
+    return [row for row in running if all_running or not owner_alive(row["owner"])]
+
+
+def decode_json(row: dict, *columns: str) -> dict:
+    """Turn the named JSON-text columns of a row into Python values, in place; return the row."""
+    for column in columns:
+        if row.get(column) is not None:
+            row[column] = json.loads(row[column])
+    return row

@@ -1,0 +1,212 @@
+"""The database schema, as an ordered list of migrations that run when the database is opened.
+
+`MIGRATIONS[n - 1]` brings a database from version n - 1 to version n; `schema_version` records
+each one applied. Migrations only ever append: to change the schema, add a migration at the end
+and never edit one that has shipped. `open_db()` runs the pending ones in one write transaction
+(a crash mid-upgrade leaves the old version intact), and refuses a database whose version is
+newer than `LATEST_VERSION`, written by a newer CoTeam, rather than guess at its meaning.
+
+Conventions: JSON columns hold JSON text (checked with `json_valid`), timestamps are ISO-8601
+UTC strings, agents are numbered from 0 within their team, adapter version 0 is the base model.
+
+Version 1 - what one episode is: tasks, episodes, turns, reward components, ratings.
+Version 2 - what the learner keeps: training runs, which episodes each run used, adapters.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+
+from store.db import StoreError, now, rows, write_transaction
+
+MIGRATIONS: list[list[str]] = [
+    # 1: the episode record
+    [
+        """
+        CREATE TABLE tasks (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind <> ''),
+            prompt TEXT NOT NULL,
+            source TEXT NOT NULL DEFAULT 'user',
+            source_id TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
+            created_at TEXT NOT NULL
+        )
+        """,
+        # a curated task imported twice is one task
+        "CREATE UNIQUE INDEX tasks_source_id ON tasks(source, source_id) WHERE source_id IS NOT NULL",
+        """
+        CREATE TABLE episodes (
+            id INTEGER PRIMARY KEY,
+            task_id INTEGER NOT NULL REFERENCES tasks(id),
+            shape TEXT NOT NULL CHECK (shape <> ''),
+            team_size INTEGER NOT NULL CHECK (team_size BETWEEN 1 AND 4),
+            roles TEXT NOT NULL CHECK (json_valid(roles)),
+            adapter_versions TEXT NOT NULL CHECK (json_valid(adapter_versions)),
+            group_id TEXT,
+            sample_index INTEGER NOT NULL DEFAULT 0,
+            params TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(params)),
+            status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'ok', 'failed')),
+            turn_count INTEGER NOT NULL DEFAULT 0,
+            wall_time_s REAL,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            final_output TEXT,
+            error TEXT,
+            reward REAL,
+            reward_weights TEXT CHECK (reward_weights IS NULL OR json_valid(reward_weights)),
+            owner TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT
+        )
+        """,
+        "CREATE INDEX episodes_task ON episodes(task_id)",
+        "CREATE INDEX episodes_status ON episodes(status)",
+        "CREATE INDEX episodes_group ON episodes(group_id) WHERE group_id IS NOT NULL",
+        """
+        CREATE TABLE turns (
+            id INTEGER PRIMARY KEY,
+            episode_id INTEGER NOT NULL REFERENCES episodes(id) ON DELETE CASCADE,
+            turn INTEGER NOT NULL CHECK (turn >= 0),
+            agent INTEGER NOT NULL CHECK (agent >= 0),
+            observation TEXT NOT NULL,
+            completion TEXT NOT NULL,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            latency_s REAL NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            UNIQUE (episode_id, turn, agent)
+        )
+        """,
+        """
+        CREATE TABLE rewards (
+            episode_id INTEGER NOT NULL REFERENCES episodes(id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            value REAL NOT NULL,
+            PRIMARY KEY (episode_id, name)
+        )
+        """,
+        """
+        CREATE TABLE ratings (
+            id INTEGER PRIMARY KEY,
+            episode_id INTEGER NOT NULL REFERENCES episodes(id) ON DELETE CASCADE,
+            agent INTEGER CHECK (agent IS NULL OR agent >= 0),
+            kind TEXT NOT NULL
+                CHECK (kind IN ('thumbs', 'score', 'comment', 'edit', 'pairwise')),
+            value REAL,
+            text TEXT,
+            choice TEXT CHECK (choice IS NULL OR choice IN ('left', 'right', 'tie', 'both_bad')),
+            other_episode_id INTEGER REFERENCES episodes(id) ON DELETE CASCADE,
+            rater TEXT,
+            created_at TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX ratings_episode ON ratings(episode_id)",
+        "CREATE INDEX ratings_other ON ratings(other_episode_id) WHERE other_episode_id IS NOT NULL",
+    ],
+    # 2: the learner's records
+    [
+        """
+        CREATE TABLE training_runs (
+            id INTEGER PRIMARY KEY,
+            trigger TEXT NOT NULL CHECK (trigger <> ''),
+            state TEXT NOT NULL DEFAULT 'running'
+                CHECK (state IN ('running', 'ok', 'failed', 'cancelled')),
+            progress REAL NOT NULL DEFAULT 0 CHECK (progress BETWEEN 0 AND 1),
+            message TEXT,
+            config TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(config)),
+            metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics)),
+            error TEXT,
+            owner TEXT,
+            started_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            finished_at TEXT
+        )
+        """,
+        # one training run at a time, enforced by the database itself
+        "CREATE UNIQUE INDEX training_runs_one_running ON training_runs(state) "
+        "WHERE state = 'running'",
+        """
+        CREATE TABLE training_examples (
+            run_id INTEGER NOT NULL REFERENCES training_runs(id) ON DELETE CASCADE,
+            episode_id INTEGER NOT NULL REFERENCES episodes(id) ON DELETE CASCADE,
+            PRIMARY KEY (run_id, episode_id)
+        )
+        """,
+        "CREATE INDEX training_examples_episode ON training_examples(episode_id)",
+        """
+        CREATE TABLE adapters (
+            id INTEGER PRIMARY KEY,
+            agent INTEGER NOT NULL CHECK (agent >= 0),
+            version INTEGER NOT NULL CHECK (version >= 1),
+            path TEXT NOT NULL,
+            parent_version INTEGER,
+            previous_active_version INTEGER,
+            training_run_id INTEGER REFERENCES training_runs(id),
+            metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics)),
+            state TEXT NOT NULL DEFAULT 'candidate'
+                CHECK (state IN ('candidate', 'active', 'retired', 'rejected')),
+            created_at TEXT NOT NULL,
+            activated_at TEXT,
+            retired_at TEXT,
+            UNIQUE (agent, version),
+            FOREIGN KEY (agent, parent_version) REFERENCES adapters(agent, version)
+        )
+        """,
+        # exactly one active adapter per agent, enforced by the database itself
+        "CREATE UNIQUE INDEX adapters_one_active ON adapters(agent) WHERE state = 'active'",
+    ],
+]
+
+LATEST_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer CoTeam than this one."""
+
+
+def schema_version(db: Database) -> int:
+    """The schema version of an open database (0 for an empty file)."""
+    if not db["schema_version"].exists():
+        return 0
+    return rows(db, "SELECT coalesce(max(version), 0) AS v FROM schema_version")[0]["v"]
+
+
+def migrate(db: Database, target: int | None = None) -> int:
+    """Apply the migrations up to `target` (default: all), in one write transaction.
+
+    Returns the new version. Raises `SchemaTooNew` if the database is already past the newest
+    version this code knows.
+    """
+    latest = len(MIGRATIONS)
+    target = latest if target is None else target
+    if not 0 <= target <= latest:
+        raise ValueError(f"no schema version {target}; this CoTeam knows 0 to {latest}")
+    _refuse_newer(db)
+    if schema_version(db) >= target:
+        return schema_version(db)
+    with write_transaction(db):
+        # read again under the write lock: another process may have migrated meanwhile
+        version = schema_version(db)
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version "
+            "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        for number in range(version + 1, target + 1):
+            for statement in MIGRATIONS[number - 1]:
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", [number, now()]
+            )
+    return schema_version(db)
+
+
+def _refuse_newer(db: Database) -> None:
+    version = schema_version(db)
+    if version > len(MIGRATIONS):
+        path = db.conn.execute("PRAGMA database_list").fetchone()[2]
+        raise SchemaTooNew(
+            f"the database {path} has schema version {version}, but this CoTeam only knows "
+            f"versions up to {len(MIGRATIONS)}: it was written by a newer CoTeam. Upgrade CoTeam, "
+            "or point COTEAM_HOME at another folder; the file was left unchanged."
+        )

@@ -1,0 +1,129 @@
+"""The adapter registry: register, activate, roll back, reject, lineage."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import store
+
+
+@pytest.fixture
+def db(tmp_path):
+    with store.open_db(tmp_path / "coteam.db") as db:
+        yield db
+
+
+def states(db, agent=0):
+    return {a["version"]: a["state"] for a in store.adapter_lineage(db, agent)}
+
+
+def test_register_numbers_versions_per_agent(db):
+    first = store.register_adapter(db, 0, "adapters/agent0/v1", metrics={"loss": 1.2})
+    second = store.register_adapter(db, 0, "adapters/agent0/v2", parent=1)
+    other = store.register_adapter(db, 1, "adapters/agent1/v1")
+    assert (first["version"], second["version"], other["version"]) == (1, 2, 1)
+    assert first["state"] == "candidate" and first["metrics"] == {"loss": 1.2}
+    assert (second["parent_version"], second["path"]) == (1, "adapters/agent0/v2")
+    assert store.register_adapter(db, 0, "adapters/agent0/v7", version=7)["version"] == 7
+    assert store.active_adapters(db) == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"agent": 0, "parent": 9}, "no adapter version 9 to be the parent"),
+        ({"agent": 0, "version": 1}, "already has an adapter version 1"),
+        ({"agent": 0, "version": 0}, "numbered from 1"),
+        ({"agent": -1}, "numbered from 0"),
+        ({"agent": 1, "parent": 1}, "agent 1 has no adapter version 1"),
+    ],
+)
+def test_bad_registrations_are_refused(db, kwargs, message):
+    store.register_adapter(db, 0, "v1")
+    with pytest.raises(store.AdapterError, match=message):
+        store.register_adapter(db, path="vX", **kwargs)
+    assert db["adapters"].count == 1
+
+
+def test_activate_retires_the_previous_one(db):
+    for version in (1, 2):
+        store.register_adapter(db, 0, f"v{version}", parent=version - 1 or None)
+    store.register_adapter(db, 1, "agent1-v1")
+    store.activate_adapter(db, 0, 1)
+    store.activate_adapter(db, 1, 1)
+    active = store.activate_adapter(db, 0, 2)
+    assert active["state"] == "active" and active["activated_at"]
+    assert states(db) == {1: "retired", 2: "active"}
+    assert store.get_adapter(db, 0, 1)["retired_at"]
+    assert {agent: a["version"] for agent, a in store.active_adapters(db).items()} == {0: 2, 1: 1}
+    assert store.activate_adapter(db, 0, 2)["activated_at"] == active["activated_at"]
+
+
+def test_database_allows_one_active_adapter_per_agent(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2")
+    store.activate_adapter(db, 0, 1)
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        db.execute("UPDATE adapters SET state = 'active' WHERE agent = 0 AND version = 2")
+    assert states(db) == {1: "active", 2: "candidate"}
+
+
+def test_rollback_undoes_activations_one_at_a_time(db):
+    for version in (1, 2, 3):
+        store.register_adapter(db, 0, f"v{version}", parent=version - 1 or None)
+        store.activate_adapter(db, 0, version)
+
+    assert store.rollback_adapter(db, 0)["version"] == 2
+    assert states(db) == {1: "retired", 2: "active", 3: "retired"}
+    assert store.rollback_adapter(db, 0)["version"] == 1
+    assert store.rollback_adapter(db, 0) is None  # back to the base model
+    assert store.active_adapters(db) == {}
+    with pytest.raises(store.AdapterError, match="no active adapter"):
+        store.rollback_adapter(db, 0)
+
+
+def test_rollback_returns_to_what_was_active_not_the_parent(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2", parent=1)
+    store.register_adapter(db, 0, "v3", parent=1)  # trained from v1 while v2 was being tried
+    store.activate_adapter(db, 0, 2)
+    store.activate_adapter(db, 0, 3)
+    assert store.rollback_adapter(db, 0)["version"] == 2
+
+
+def test_rollback_falls_back_to_the_parent(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2", parent=1)
+    store.activate_adapter(db, 0, 2)  # activated first: nothing active before it
+    assert store.rollback_adapter(db, 0)["version"] == 1
+
+
+def test_rejected_candidates_are_never_activated(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2", parent=1)
+    store.activate_adapter(db, 0, 1)
+    assert store.reject_adapter(db, 0, 2)["state"] == "rejected"
+    with pytest.raises(store.AdapterError, match="rejected"):
+        store.activate_adapter(db, 0, 2)
+    with pytest.raises(store.AdapterError, match="only a candidate"):
+        store.reject_adapter(db, 0, 1)
+    assert states(db) == {1: "active", 2: "rejected"}
+
+
+def test_lineage_lists_versions_with_parents(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2", parent=1)
+    store.register_adapter(db, 0, "v3", parent=2)
+    store.register_adapter(db, 1, "other agent")
+    lineage = store.adapter_lineage(db, 0)
+    assert [(a["version"], a["parent_version"]) for a in lineage] == [(1, None), (2, 1), (3, 2)]
+
+
+def test_metrics_are_merged(db):
+    store.register_adapter(db, 0, "v1", metrics={"loss": 0.5})
+    updated = store.update_adapter_metrics(db, 0, 1, {"eval_pass_rate": 0.7})
+    assert updated["metrics"] == {"loss": 0.5, "eval_pass_rate": 0.7}
+    with pytest.raises(store.NotFound):
+        store.update_adapter_metrics(db, 0, 9, {})
