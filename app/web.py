@@ -42,11 +42,14 @@ def stream_answer(client: PolicyClient, prompt: str, max_tokens: int = 256):
 
 
 def build_app(client: PolicyClient) -> gr.Blocks:
+    def ask(prompt: str):
+        yield from stream_answer(client, prompt)
+
     with gr.Blocks(title="CoTeam") as demo:
         gr.Markdown("# CoTeam\nA team of LLM agents that learns to work with you.")
         with gr.Tab("Ask"):
             prompt = gr.Textbox(label="Prompt", lines=4, elem_id="prompt")
-            ask = gr.Button("Ask", variant="primary", elem_id="ask")
+            ask_button = gr.Button("Ask", variant="primary", elem_id="ask")
             answer = gr.Markdown(elem_id="answer")
-            ask.click(lambda p: (yield from stream_answer(client, p)), prompt, answer)
+            ask_button.click(ask, prompt, answer, api_name="ask")
     return demo

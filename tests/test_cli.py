@@ -1,0 +1,101 @@
+"""The `coteam` command: help, doctor (both ways), and `serve` answering on 127.0.0.1."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from agents.server import free_port
+
+
+def coteam(*args, env=None, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def test_help_lists_the_commands():
+    result = coteam("--help")
+    assert result.returncode == 0
+    for command in ("setup", "serve", "doctor"):
+        assert command in result.stdout
+
+
+def test_doctor_on_an_empty_data_directory_names_each_problem(tmp_path):
+    result = coteam(
+        "doctor", env={"COTEAM_HOME": str(tmp_path), "COTEAM_VLLM_PYTHON": str(tmp_path / "nope")}
+    )
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("FAIL") and "no vLLM environment" in line for line in lines)
+    assert any(line.startswith("FAIL") and "not converted yet" in line for line in lines)
+    assert any(line.startswith("ok") and "writable" in line for line in lines)
+    assert "problem(s) found" in lines[-1]
+
+
+def test_doctor_reports_an_unreachable_server():
+    result = coteam("doctor", "--vllm-url", f"http://127.0.0.1:{free_port()}")
+    assert result.returncode == 1
+    assert "is not healthy" in result.stdout
+
+
+def test_unknown_model_is_a_clear_error():
+    result = coteam("setup", "--model", "no-such-model")
+    assert result.returncode == 1
+    assert "unknown model 'no-such-model'" in result.stderr
+
+
+@pytest.mark.integration
+def test_doctor_passes_with_the_real_server(vllm_server):
+    result = coteam("doctor", "--vllm-url", vllm_server.url)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[-1] == "all checks passed"
+
+
+@pytest.mark.integration
+def test_serve_answers_on_localhost_and_streams_the_model(vllm_server):
+    from gradio_client import Client
+
+    port = free_port()
+    app = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--vllm-url",
+            vllm_server.url,
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert app.poll() is None, app.stdout.read()
+            assert time.monotonic() < deadline, "the app did not answer"
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        answer = Client(url, verbose=False).predict(
+            "What is 2 + 2? Answer with the number only.", api_name="/ask"
+        )
+        assert "4" in answer
+    finally:
+        app.send_signal(signal.SIGTERM)
+        app.wait(timeout=30)
+    assert vllm_server.healthy(), "stopping the app must not stop a server it did not start"
