@@ -72,6 +72,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_checks(args.model, args.vllm_url)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from store import open_db
+    from store.export import export_dataset
+
+    with open_db(args.db) as db:
+        counts = export_dataset(db, args.format, args.out, progress=not args.no_progress)
+    print(
+        f"exported {counts['episodes']} episode(s) to {counts['episodes_path']} and "
+        f"{counts['preferences']} preference pair(s) to {counts['preferences_path']}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coteam",
@@ -110,6 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=default_model, help=MODEL_HELP)
     p.add_argument("--vllm-url", help="also check this vLLM server's health")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser(
+        "export", help="export episodes (turns, rewards, ratings) and preference pairs as a dataset"
+    )
+    p.add_argument("--format", required=True, choices=["jsonl", "parquet"])
+    p.add_argument("--out", required=True, help="folder to write episodes.* and preferences.* into")
+    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_export)
     return parser
 
 
