@@ -13,6 +13,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agents.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.server import ServerError  # noqa: E402
+from store import StoreError  # noqa: E402
 
 MODEL_HELP = (
     f"a preset ({', '.join(PRESETS)}), a local Hugging Face folder, or a hub id "
@@ -32,7 +33,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agents.policy import PolicyClient
     from agents.server import ServerConfig, VLLMServer
     from app.web import build_app
+    from store import mark_interrupted_episodes, mark_interrupted_runs, open_db
 
+    with open_db() as db:  # a crash last time leaves rows 'running': mark them so, once
+        mark_interrupted_episodes(db)
+        mark_interrupted_runs(db)
     server = None
     # SIGTERM (from a service manager or a test) must still run the `finally` that stops vLLM.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.func(args)
-    except (ModelError, ServerError) as e:
+    except (ModelError, ServerError, StoreError) as e:
         print(f"coteam {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
