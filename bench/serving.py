@@ -2,9 +2,10 @@
 `generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; plus batch-1
 decode against the memory-bandwidth bound.
 
-Bound: decoding one token at batch 1 reads every weight once, so tokens/s <= bandwidth / weight
-bytes. Bandwidth is measured here (a large numpy copy, read + write bytes per second); weight
-bytes are the model's parameters in the dtype vLLM serves (bf16).
+Bound: decoding one token at batch 1 reads every weight matrix once, so tokens/s <= read bandwidth
+/ weight bytes read per token. Read bandwidth is measured here (torch.sum over 1 GiB on all cores);
+the bytes read per token are the parameters in the dtype vLLM serves (bf16), less the input
+embedding when it is not tied to the output layer (a lookup reads one row of it).
 
 Usage: python bench/serving.py [--model PRESET|FOLDER] [--tokens 128] [--vllm-url URL]
 """
@@ -21,7 +22,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
@@ -44,15 +44,14 @@ def messages(task: str) -> list[dict]:
     return [{"role": "user", "content": task}]
 
 
-def memory_bandwidth_gbs(size_mb: int = 512, repeats: int = 5) -> float:
-    src = np.ones(size_mb * 2**20 // 8)
-    dst = np.empty_like(src)
+def read_bandwidth_gbs(size_mb: int = 1024, repeats: int = 5) -> float:
+    data = torch.ones(size_mb * 2**20 // 4)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        np.copyto(dst, src)
+        data.sum()
         best = min(best, time.perf_counter() - start)
-    return 2 * src.nbytes / best / 1e9  # each byte is read once and written once
+    return data.numel() * 4 / best / 1e9
 
 
 def bench_transformers(model_path, tokens: int) -> dict[str, float]:
@@ -61,7 +60,10 @@ def bench_transformers(model_path, tokens: int) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     # fp32: the fastest transformers dtype on this CPU (bf16 matmuls are slower here)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    params = sum(p.numel() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())  # tied weights count once
+    embedding = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is embedding
+    read_per_token = params if tied else params - embedding.numel()
 
     def run(tasks: list[str]) -> float:
         chats = [
@@ -84,7 +86,7 @@ def bench_transformers(model_path, tokens: int) -> dict[str, float]:
         return produced / elapsed
 
     run(TASKS[:1])  # warm-up
-    return {"batch1": run(TASKS[:1]), "batch8": run(TASKS), "params": params}
+    return {"batch1": run(TASKS[:1]), "batch8": run(TASKS), "read_params": read_per_token}
 
 
 def bench_vllm(client: PolicyClient, tokens: int) -> dict[str, float]:
@@ -111,8 +113,8 @@ def main() -> None:
     model_path = provision_model(args.model)
 
     print(f"model {args.model}, {args.tokens} new tokens per request, {os.cpu_count()} cores")
-    bandwidth = memory_bandwidth_gbs()
-    print(f"memory bandwidth (numpy copy): {bandwidth:.1f} GB/s")
+    bandwidth = read_bandwidth_gbs()
+    print(f"memory read bandwidth (torch.sum over 1 GiB): {bandwidth:.1f} GB/s")
     print("transformers generate ...", flush=True)
     hf = bench_transformers(model_path, args.tokens)
     print("vLLM server ...", flush=True)
@@ -128,7 +130,7 @@ def main() -> None:
         if server:
             server.stop()
 
-    bound = bandwidth * 1e9 / (hf["params"] * 2)  # bf16 weights, each read once per token
+    bound = bandwidth * 1e9 / (hf["read_params"] * 2)  # bf16 weights, each read once per token
     print()
     print(f"{'':28s}{'transformers':>14s}{'vLLM':>10s}{'vLLM/HF':>10s}")
     for key, label in (
@@ -137,7 +139,7 @@ def main() -> None:
     ):
         print(f"{label:28s}{hf[key]:14.1f}{vl[key]:10.1f}{vl[key] / hf[key]:9.1f}x")
     print(
-        f"batch-1 bound {bound:.1f} tok/s ({hf['params'] / 1e6:.0f}M params x 2 bytes at "
+        f"batch-1 bound {bound:.1f} tok/s ({hf['read_params'] / 1e6:.0f}M params x 2 bytes at "
         f"{bandwidth:.1f} GB/s): vLLM reaches {vl['batch1'] / bound:.2f} of it "
         f"(within 2x: {'yes' if vl['batch1'] * 2 >= bound else 'no'})"
     )
