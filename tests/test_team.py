@@ -1,0 +1,288 @@
+"""The team graphs' logic with a scripted policy: every shape and team size, both kinds of task,
+multi-turn feedback, streaming events and recording in the store."""
+
+import json
+import threading
+
+import pytest
+
+import store
+from agents.feedback import CodeCheck
+from agents.policy import PolicyError
+from agents.roles import SHAPES, load_prompts, role_names
+from agents.tasks import humaneval_task, writing_prompt_task, xsum_tasks
+from agents.team import GREEDY, Sampling, build_graph, make_team, run_episode, run_group
+from tests.scripted import ScriptedPolicy, adapters, agent_of
+
+CODING = humaneval_task(0)
+WRITING = xsum_tasks()[0]
+SIZES = [(shape, n) for shape in SHAPES for n in ([1] if shape == "single" else [2, 3, 4])]
+
+
+def code_reply(request) -> str:
+    """Each role writes what it owns; the entry author calls the helper."""
+    system = request.messages[0]["content"]
+    for name in ("aux2", "aux", "test_has_close_elements"):
+        if f"only the helper function `{name}`" in system or f"test function `{name}()`" in system:
+            return f"```python\ndef {name}(x):\n    return x\n```"
+    return (
+        "```python\ndef has_close_elements(numbers, threshold):\n"
+        "    return any(abs(a - b) < threshold for a in numbers for b in numbers if a is not b)\n```"
+    )
+
+
+def prose_reply(request) -> str:
+    agent = agent_of(request)
+    low, high = 30, 40  # inside most roles' bounds, so a writing team usually finishes in one turn
+    return " ".join(f"w{agent}x{k}" for k in range((low + high) // 2)) + "."
+
+
+def run(task, shape, size, tmp_path, respond=None, **kwargs):
+    events = []
+    policy = ScriptedPolicy(respond or (code_reply if task.kind == "coding" else prose_reply))
+    result = run_episode(
+        task,
+        policy,
+        shape=shape,
+        agents=size,
+        adapters=adapters(size),
+        db=tmp_path / "coteam.db",
+        on_event=events.append,
+        **kwargs,
+    )
+    return result, policy, events
+
+
+@pytest.mark.parametrize("task", [CODING, WRITING], ids=["coding", "writing"])
+@pytest.mark.parametrize(("shape", "size"), SIZES)
+def test_every_shape_and_size_runs_and_is_recorded(task, shape, size, tmp_path):
+    result, policy, events = run(task, shape, size, tmp_path)
+    rounds = 2 if shape == "one_round_discussion" else 1
+    assert len(result.steps) == len(policy.requests) == size * rounds
+    assert [r.name for r in result.roles] == role_names(task, shape, size)
+    assert [s["agent"] for s in result.steps] == list(range(size)) * rounds
+    assert [step["adapter"] for step in result.final_steps()] == adapters(size)
+    assert {r.adapter for r in policy.requests} == set(adapters(size))
+    assert result.turns == 1 and result.output
+
+    with store.open_db(tmp_path / "coteam.db") as db:
+        episode = store.get_episode(db, result.episode_id)
+    assert episode["status"] == "ok" and episode["shape"] == shape
+    assert episode["team_size"] == size and episode["roles"] == [r.name for r in result.roles]
+    assert episode["adapter_versions"] == [1] * size
+    assert episode["final_output"] == result.output
+    assert episode["task"]["source_id"] == task.source_id
+    assert len(episode["turns"]) == size * rounds
+    for row, step in zip(episode["turns"], result.steps, strict=True):
+        assert (row["turn"], row["agent"]) == (step["round"], step["agent"])
+        assert (
+            json.loads(row["observation"]) == step["messages"]
+        )  # the exact prompt, for the learner
+        assert row["completion"] == step["text"]
+
+    # events: every agent's streamed tokens add up to its text; one agent_done per call
+    for step in result.steps:
+        where = (step["agent"], step["turn"], step["round"])
+        streamed = "".join(
+            e["text"]
+            for e in events
+            if e["event"] == "token" and (e["agent"], e["turn"], e["round"]) == where
+        )
+        assert streamed == step["text"]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "episode_start" and kinds[-1] == "episode_end"
+    assert kinds.count("agent_done") == kinds.count("agent_start") == size * rounds
+    assert kinds.count("turn_end") == 1
+
+
+def test_code_parts_are_combined_in_role_order(tmp_path):
+    result, _, _ = run(CODING, "parallel", 4, tmp_path)
+    code = result.output
+    assert code.startswith("from typing import List")
+    order = ["def aux(", "def aux2(", "def has_close_elements(", "def test_has_close_elements("]
+    assert sorted(order, key=code.index) == order
+    assert result.success
+
+
+def test_writing_sections_are_joined_in_role_order(tmp_path):
+    result, _, _ = run(WRITING, "parallel", 3, tmp_path)
+    assert result.output == "\n\n".join(step["text"] for step in result.final_steps())
+
+
+def test_parallel_agents_act_at_once_and_pipeline_agents_in_turn(tmp_path):
+    # Every parallel agent must be inside generate() at the same time to pass the barrier.
+    barrier = threading.Barrier(4, timeout=30)
+
+    def wait_for_all(request):
+        barrier.wait()
+        return code_reply(request)
+
+    result, _, _ = run(CODING, "parallel", 4, tmp_path, respond=wait_for_all)
+    assert len(result.steps) == 4
+
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    def count(request):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        reply = code_reply(request)
+        with lock:
+            active[0] -= 1
+        return reply
+
+    run(CODING, "sequential_pipeline", 4, tmp_path, respond=count)
+    assert most[0] == 1
+
+
+def test_feedback_reaches_the_next_turn_and_success_stops_the_episode(tmp_path):
+    calls = {}
+
+    def broken_then_fixed(request):
+        agent = agent_of(request)
+        calls[agent] = calls.get(agent, 0) + 1
+        if agent == 1 and calls[agent] == 1:
+            return "```python\ndef has_close_elements(numbers, threshold):\n    return (\n```"
+        return code_reply(request)
+
+    result, policy, events = run(
+        CODING, "parallel", 2, tmp_path, respond=broken_then_fixed, turns=3
+    )
+    assert result.turns == 2 and result.success  # fixed in turn 2; turn 3 never runs
+    assert len(result.steps) == 4
+    second_entry = [r for r in policy.requests if agent_of(r) == 1][1].messages[1]["content"]
+    assert "Your answer last turn:" in second_entry and "return (" in second_entry
+    assert "syntax error" in second_entry
+    assert "does not define `has_close_elements`" in second_entry
+    verdicts = [e for e in events if e["event"] == "turn_end"]
+    assert [v["success"] for v in verdicts] == [False, True]
+    with store.open_db(tmp_path / "coteam.db") as db:
+        episode = store.get_episode(db, result.episode_id)
+    assert episode["turn_count"] == 2 and [t["turn"] for t in episode["turns"]] == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("shape", ["parallel", "sequential_pipeline", "one_round_discussion"])
+def test_an_unfinished_episode_runs_to_the_turn_limit(shape, tmp_path):
+    def never(code, task):
+        return CodeCheck(passed=False, tests_run=True, tests_total=2, messages=["assert f(1) == 2"])
+
+    result, policy, _ = run(CODING, shape, 2, tmp_path, turns=3, checker=never)
+    rounds = 2 if shape == "one_round_discussion" else 1
+    assert result.turns == 3 and not result.success
+    assert len(policy.requests) == 2 * rounds * 3
+    last_turn = policy.requests[-2 * rounds].messages[1]["content"]  # feedback comes with round 0
+    assert "Tests: 0 of 2 passed." in last_turn and "assert f(1) == 2" in last_turn
+    with store.open_db(tmp_path / "coteam.db") as db:
+        episode = store.get_episode(db, result.episode_id)
+    assert episode["status"] == "ok" and episode["turn_count"] == 3 * rounds
+
+
+def test_writing_feedback_notes_length(tmp_path):
+    result, policy, _ = run(
+        writing_prompt_task("Write about tea."), "parallel", 2, tmp_path, turns=2
+    )
+    # 35 words: too short for the body (60-200), fine for the introduction (20-100)
+    assert result.turns == 2 and not result.success
+    body_second = policy.requests[3].messages[1]["content"]
+    assert "Your section has 35 words; aim for 60-200." in body_second
+    intro_second = policy.requests[2].messages[1]["content"]
+    assert "Nothing to fix in your part" in intro_second
+
+
+def test_sampling_settings_reach_the_requests(tmp_path):
+    _, policy, _ = run(CODING, "parallel", 2, tmp_path, sampling=Sampling(0.7, 0.9, 99, seed=5))
+    got = sorted((r.temperature, r.top_p, r.max_tokens, r.seed) for r in policy.requests)
+    assert got == [(0.7, 0.9, 99, 5), (0.7, 0.9, 99, 6)]
+    _, policy, _ = run(CODING, "single", 1, tmp_path, sampling=GREEDY)
+    assert (policy.requests[0].temperature, policy.requests[0].seed) == (0.0, None)
+
+
+def test_adapters_by_agent_and_the_base_model(tmp_path):
+    policy = ScriptedPolicy(code_reply)
+    result = run_episode(CODING, policy, agents=3, adapters={2: "agent2-v7"}, db=tmp_path / "c.db")
+    assert [s["adapter"] for s in result.final_steps()] == [None, None, "agent2-v7"]
+    with store.open_db(tmp_path / "c.db") as db:
+        assert store.get_episode(db, result.episode_id)["adapter_versions"] == [0, 0, 7]
+
+
+def test_role_prompts_can_be_overridden(tmp_path):
+    _, policy, _ = run(CODING, "parallel", 2, tmp_path, prompts={"helper": "CUSTOM for {entry}"})
+    systems = {agent_of(r): r.messages[0]["content"] for r in policy.requests}
+    assert systems[0] == "CUSTOM for has_close_elements"
+    assert systems[1].startswith("You are the main-function author")
+    path = tmp_path / "roles.json"
+    path.write_text(json.dumps({"entry": "E {entry}"}))
+    assert load_prompts(path) == {"entry": "E {entry}"}
+    path.write_text(json.dumps({"boss": "x"}))
+    with pytest.raises(ValueError, match="unknown roles"):
+        load_prompts(path)
+
+
+def test_a_failing_policy_fails_the_recorded_episode(tmp_path):
+    def fail(request):
+        raise PolicyError("server gone")
+
+    with pytest.raises(PolicyError, match="server gone"):
+        run(CODING, "parallel", 2, tmp_path, respond=fail)
+    with store.open_db(tmp_path / "coteam.db") as db:
+        [episode] = store.list_episodes(db)
+    assert episode["status"] == "failed" and "server gone" in episode["error"]
+
+
+def test_run_group_shares_a_group_id(tmp_path):
+    policy = ScriptedPolicy(code_reply)
+    results = run_group(
+        CODING, policy, 3, db=tmp_path / "g.db", sampling=Sampling(seed=1), agents=2
+    )
+    assert len(policy.requests) == 6
+    assert sorted(r.seed for r in policy.requests) == [1, 2, 101, 102, 201, 202]
+    with store.open_db(tmp_path / "g.db") as db:
+        episodes = store.get_episodes(db, [r.episode_id for r in results])
+    assert len({e["group_id"] for e in episodes}) == 1 and episodes[0]["group_id"]
+    assert [e["sample_index"] for e in episodes] == [0, 1, 2]
+    assert all(e["status"] == "ok" for e in episodes)
+
+
+def test_graphs_have_the_nodes_of_their_shape():
+    policy = ScriptedPolicy(code_reply)
+
+    def nodes(shape, size):
+        team = make_team(CODING, policy, shape=shape, agents=size)
+        return set(build_graph(team).get_graph().nodes) - {"__start__", "__end__"}
+
+    assert nodes("parallel", 3) == nodes("naive_concat", 3) == {"agent", "combine", "environment"}
+    assert nodes("single", 1) == {"agent", "combine", "environment"}
+    assert nodes("sequential_pipeline", 3) == {
+        "agent_0",
+        "agent_1",
+        "agent_2",
+        "combine",
+        "environment",
+    }
+    assert nodes("one_round_discussion", 2) == {
+        "draft",
+        "share_drafts",
+        "revise",
+        "combine",
+        "environment",
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"shape": "single", "agents": 2}, "one agent"),
+        ({"shape": "parallel", "agents": 1}, "2 to 4"),
+        ({"shape": "parallel", "agents": 5}, "2 to 4"),
+        ({"shape": "star"}, "unknown team shape"),
+        ({"turns": 0}, "at least one turn"),
+        ({"agents": 2, "adapters": ["a"]}, "1 adapters for a team of 2"),
+        ({"agents": 2, "adapters": {3: "a"}}, "adapters for agents"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_runs(settings, message, tmp_path):
+    policy = ScriptedPolicy(code_reply)
+    with pytest.raises(ValueError, match=message):
+        run_episode(CODING, policy, db=tmp_path / "x.db", **settings)
+    assert policy.requests == []

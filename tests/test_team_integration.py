@@ -1,0 +1,96 @@
+"""Teams against the real vLLM server on the real model, checked in a real database."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import store
+from agents.tasks import humaneval_task, xsum_tasks
+from agents.team import Sampling, run_episode
+
+pytestmark = pytest.mark.integration
+
+SHORT = Sampling(temperature=0.0, top_p=1.0, max_tokens=192)
+
+
+def test_two_agent_coding_episode(policy, tmp_path):
+    events = []
+    result = run_episode(
+        humaneval_task(0),
+        policy,
+        shape="parallel",
+        agents=2,
+        sampling=SHORT,
+        db=tmp_path / "coteam.db",
+        on_event=events.append,
+    )
+    with store.open_db(tmp_path / "coteam.db") as db:
+        episode = store.get_episode(db, result.episode_id)
+    assert episode["status"] == "ok" and episode["roles"] == ["helper", "entry"]
+    assert episode["task"]["source_id"] == "HumanEval/0"
+    assert episode["final_output"] == result.output
+    ast.parse(result.output)  # the combiner's module parses
+    assert "def has_close_elements" in result.output
+    assert len(episode["turns"]) == 2
+    for row, step in zip(episode["turns"], result.steps, strict=True):
+        assert json.loads(row["observation"]) == step["messages"]
+        assert row["completion"] == step["text"] and step["text"].strip()
+        assert 0 < row["completion_tokens"] <= SHORT.max_tokens and row["prompt_tokens"] > 0
+        assert row["latency_s"] > 0
+    assert episode["completion_tokens"] == sum(s["completion_tokens"] for s in result.steps)
+    # tokens really streamed, from both agents
+    streamed = {e["agent"] for e in events if e["event"] == "token"}
+    assert streamed == {0, 1}
+
+
+def test_three_agent_writing_episode(policy, tmp_path):
+    task = xsum_tasks()[0]
+    result = run_episode(
+        task,
+        policy,
+        shape="parallel",
+        agents=3,
+        sampling=Sampling(temperature=0.0, top_p=1.0, max_tokens=128),
+        db=tmp_path / "coteam.db",
+    )
+    with store.open_db(tmp_path / "coteam.db") as db:
+        episode = store.get_episode(db, result.episode_id)
+    assert episode["status"] == "ok" and episode["team_size"] == 3
+    assert episode["roles"] == ["summary", "background", "elaboration"]
+    assert [t["agent"] for t in episode["turns"]] == [0, 1, 2]
+    sections = [t["completion"].strip() for t in episode["turns"]]
+    assert all(sections)
+    assert episode["final_output"] == "\n\n".join(sections)
+    # each agent was shown the article and its own role, nothing of the others' text
+    for row, section in zip(episode["turns"], sections, strict=True):
+        observation = json.loads(row["observation"])
+        assert task.prompt in observation[1]["content"]
+        for other in sections:
+            if other != section:
+                assert other not in observation[1]["content"]
+
+
+def test_cli_episode_json(vllm_server, tmp_path):
+    db_path = tmp_path / "cli.db"
+    env = dict(os.environ, COTEAM_HOME=str(tmp_path / "home"))
+    command = [
+        sys.executable, "-m", "app.cli", "episode", "--task", "coding", "--problem", "2",
+        "--shape", "single", "--turns", "2", "--greedy", "--max-tokens", "160", "--json",
+        "--vllm-url", vllm_server.url, "--db", str(db_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["shape"] == "single" and summary["task"]["source_id"] == "HumanEval/2"
+    [agent] = summary["agents"]
+    assert agent["role"] == "solo" and agent["adapter"] is None
+    assert agent["text"] and agent["completion_tokens"] > 0 and agent["latency_s"] > 0
+    assert 1 <= summary["turns"] <= 2 and summary["wall_time_s"] > 0
+    with store.open_db(db_path) as db:
+        episode = store.get_episode(db, summary["episode_id"])
+    assert episode["final_output"] == summary["output"]
+    assert episode["status"] == "ok" and len(episode["turns"]) == summary["turns"]
