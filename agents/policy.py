@@ -32,6 +32,7 @@ class Request:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] | None = None
+    logprobs: bool = False  # also return token ids and the sampling log-probabilities (learner)
 
 
 @dataclass
@@ -43,6 +44,10 @@ class Completion:
     latency_s: float
     first_token_s: float | None
     finish_reason: str | None
+    # with Request.logprobs: the exact tokens the server saw and sampled, and their log-probabilities
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    token_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -82,6 +87,10 @@ class PolicyClient:
         model = request.adapter or self.base_model
         start = time.perf_counter()
         first_token_s, pieces, usage, finish = None, [], None, None
+        prompt_ids, token_ids, logprobs = None, [], []
+        extra = (
+            {"logprobs": True, "extra_body": {"return_token_ids": True}} if request.logprobs else {}
+        )
         try:
             stream = await client.chat.completions.create(
                 model=model,
@@ -93,11 +102,18 @@ class PolicyClient:
                 stop=request.stop,
                 stream=True,
                 stream_options={"include_usage": True},
+                **extra,
             )
             async for chunk in stream:
                 if chunk.usage is not None:
                     usage = chunk.usage
+                if request.logprobs and getattr(chunk, "prompt_token_ids", None):
+                    prompt_ids = chunk.prompt_token_ids  # a vLLM extension, in the first chunk
                 for choice in chunk.choices:
+                    if request.logprobs:
+                        token_ids.extend(getattr(choice, "token_ids", None) or [])
+                        if choice.logprobs and choice.logprobs.content:
+                            logprobs.extend(t.logprob for t in choice.logprobs.content)
                     if choice.delta.content:
                         if first_token_s is None:
                             first_token_s = time.perf_counter() - start
@@ -115,6 +131,9 @@ class PolicyClient:
             latency_s=time.perf_counter() - start,
             first_token_s=first_token_s,
             finish_reason=finish,
+            prompt_token_ids=prompt_ids,
+            token_ids=token_ids if request.logprobs else None,
+            token_logprobs=logprobs if request.logprobs else None,
         )
 
     # -- adapters ---------------------------------------------------------------------------

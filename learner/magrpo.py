@@ -1,0 +1,229 @@
+"""MAGRPO: multi-agent group-relative policy optimization, one LoRA adapter per agent.
+
+For one task, the team acts G times (each agent samples G completions on its own observation;
+sample g of every agent forms joint action g). The environment scores each joint action with the
+joint reward R^g. Then, for every agent i, with the *same* joint advantages:
+
+    A^g   = R^g − mean_g(R)                      (÷ std_g(R) when `scale_advantages_by_std`)
+    loss_i = −(1/G) Σ_g A^g · Σ_t log π_i(a_t^g | o_i^g, a_<t^g)
+
+and one optimizer step on agent i's LoRA. Training sees every agent's samples and the joint
+reward (centralized); each agent still acts on its own observation (decentralized execution).
+
+Options, off by default as in the MAGRPO authors' library:
+- PPO-style clipping against the sampling log-probabilities (from vLLM), per token:
+    ratio_t = exp(log π_i(a_t) − log π_old(a_t)),  term_t = min(ratio_t·A, clip(ratio_t, 1±ε)·A)
+- a KL penalty to the base model (the k3 estimator, LoRA disabled for the reference):
+    kl_t = exp(ref_t − logp_t) − (ref_t − logp_t) − 1
+- multi-turn returns: G_t = r_t + γ · mean(returns of the children of this node).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class MAGRPOConfig:
+    """Every knob of a MAGRPO run, with its default."""
+
+    group_size: int = 4  # G joint samples per task (>= 2: the advantage needs a group)
+    tasks_per_step: int = 2
+    learning_rate: float = 1e-4  # LoRA; the authors' full fine-tuning used 2e-5 (code)
+    lora_rank: int = 8  # must equal the server's --max-lora-rank
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    temperature: float = 0.8
+    top_p: float = 0.95
+    max_new_tokens: int = 192
+    scale_advantages_by_std: bool = False  # Dr. GRPO: no std scaling
+    clip_eps: float | None = None  # e.g. 0.2 for PPO-style clipping; None: plain policy gradient
+    kl_coef: float = 0.0  # > 0: KL penalty to the base model
+    gamma: float = 0.9  # discount of multi-turn returns
+    max_grad_norm: float = 1.0
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def group_advantages(
+    rewards: torch.Tensor, scale_by_std: bool = False, eps: float = 1e-6
+) -> torch.Tensor:
+    """A^g = R^g − mean(R), optionally divided by std(R); `rewards` has shape [G]."""
+    advantages = rewards - rewards.mean()
+    if scale_by_std:
+        advantages = advantages / (rewards.std(unbiased=False) + eps)
+    return advantages
+
+
+def discounted_return(reward: float, child_returns: list[float], gamma: float) -> float:
+    """Return at a node of the multi-turn rollout tree: r_t + γ · mean(child returns)."""
+    if not child_returns:
+        return reward
+    return reward + gamma * sum(child_returns) / len(child_returns)
+
+
+def policy_loss(
+    logprobs: list[torch.Tensor],
+    advantages: torch.Tensor,
+    old_logprobs: list[torch.Tensor] | None = None,
+    clip_eps: float | None = None,
+    ref_logprobs: list[torch.Tensor] | None = None,
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
+    """loss = −(1/G) Σ_g A^g · Σ_t log π(a_t^g), with the optional clip and KL terms.
+
+    `logprobs[g]` holds the log-probabilities of sample g's completion tokens under the policy
+    being trained (with gradient); `old_logprobs[g]` those under the sampling policy.
+    """
+    per_sample = []
+    for g, logp in enumerate(logprobs):
+        advantage = advantages[g]
+        if clip_eps is None or old_logprobs is None:
+            pg_term = advantage * logp.sum()
+        else:
+            ratio = torch.exp(logp - old_logprobs[g])
+            clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
+            pg_term = torch.minimum(ratio * advantage, clipped * advantage).sum()
+        kl = 0.0
+        if kl_coef and ref_logprobs is not None:
+            delta = ref_logprobs[g] - logp
+            kl = kl_coef * (torch.exp(delta) - delta - 1).sum()
+        per_sample.append(-pg_term + kl)
+    return torch.stack(per_sample).mean()
+
+
+@dataclass
+class Sample:
+    """One agent's completion in one joint sample: the exact token ids it saw and produced."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampling_logprobs: list[float] | None = None
+
+
+@dataclass
+class AgentPolicies:
+    """One base model in memory with one trainable LoRA adapter per agent (PEFT)."""
+
+    base_path: str
+    n_agents: int
+    config: MAGRPOConfig
+    start_from: dict[int, str | None] = field(default_factory=dict)  # agent -> adapter folder
+
+    def __post_init__(self) -> None:
+        from peft import LoraConfig, PeftModel, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(self.config.seed)
+        base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=torch.float32)
+        lora = LoraConfig(
+            r=self.config.lora_rank,
+            lora_alpha=self.config.lora_alpha,
+            lora_dropout=self.config.lora_dropout,
+            target_modules=list(self.config.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        first, folder = self.adapter_name(0), self.start_from.get(0)
+        if folder:
+            self.model = PeftModel.from_pretrained(
+                base, folder, adapter_name=first, is_trainable=True
+            )
+        else:
+            self.model = get_peft_model(base, lora, adapter_name=first)
+        for agent in range(1, self.n_agents):
+            name, folder = self.adapter_name(agent), self.start_from.get(agent)
+            if folder:
+                self.model.load_adapter(folder, adapter_name=name, is_trainable=True)
+            else:
+                self.model.add_adapter(name, lora)
+        self.optimizers = {
+            agent: torch.optim.AdamW(
+                self.parameters(agent), lr=self.config.learning_rate, weight_decay=0.0
+            )
+            for agent in range(self.n_agents)
+        }
+
+    @staticmethod
+    def adapter_name(agent: int) -> str:
+        return f"agent{agent}"
+
+    def parameters(self, agent: int) -> list[torch.nn.Parameter]:
+        marker = f".{self.adapter_name(agent)}."
+        return [p for n, p in self.model.named_parameters() if marker in n]
+
+    def completion_logprobs(
+        self, agent: int, samples: list[Sample], reference: bool = False
+    ) -> list[torch.Tensor]:
+        """log π_agent(a_t | o, a_<t) of each sample's completion tokens, one padded batch."""
+        self.model.set_adapter(self.adapter_name(agent))
+        for p in self.parameters(agent):  # set_adapter leaves only the active adapter trainable
+            p.requires_grad_(True)
+        sequences = [s.prompt_ids + s.completion_ids for s in samples]
+        width = max(len(seq) for seq in sequences)
+        input_ids = torch.zeros(len(samples), width, dtype=torch.long)
+        attention = torch.zeros(len(samples), width, dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            input_ids[row, : len(seq)] = torch.tensor(seq)
+            attention[row, : len(seq)] = 1
+        if reference:
+            with torch.no_grad(), self.model.disable_adapter():
+                logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+        else:
+            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+        result = []
+        for row, s in enumerate(samples):
+            start, end = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
+            # the logits at position t predict token t + 1
+            step_logits = logits[row, start - 1 : end - 1].float()
+            targets = torch.tensor(s.completion_ids)
+            result.append(
+                torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+            )
+        return result
+
+    def update(
+        self, agent: int, samples: list[Sample], advantages: torch.Tensor
+    ) -> dict[str, float]:
+        """One policy-gradient step on `agent`'s LoRA from its G samples and the joint advantages."""
+        c = self.config
+        self.model.train()
+        logprobs = self.completion_logprobs(agent, samples)
+        old = None
+        if c.clip_eps is not None and all(s.sampling_logprobs for s in samples):
+            old = [torch.tensor(s.sampling_logprobs[: len(s.completion_ids)]) for s in samples]
+        ref = self.completion_logprobs(agent, samples, reference=True) if c.kl_coef else None
+        loss = policy_loss(logprobs, advantages, old, c.clip_eps, ref, c.kl_coef)
+        optimizer = self.optimizers[agent]
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(agent), c.max_grad_norm)
+        optimizer.step()
+        return {"loss": float(loss), "grad_norm": float(grad_norm)}
+
+    def save(self, agent: int, dest: Path, metadata: dict | None = None) -> Path:
+        """Write agent's adapter to `dest` atomically (temp folder, then rename); never overwrite."""
+        dest = Path(dest)
+        if dest.exists():
+            raise FileExistsError(f"adapter version {dest} exists; versions are immutable")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        try:
+            name = self.adapter_name(agent)
+            self.model.save_pretrained(tmp, selected_adapters=[name])
+            saved = tmp / name if (tmp / name / "adapter_config.json").is_file() else tmp
+            if metadata is not None:
+                (saved / "coteam-adapter.json").write_text(json.dumps(metadata, indent=2))
+            os.replace(saved, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return dest
