@@ -1,0 +1,730 @@
+"""The one place that runs untrusted code: generated programs, their tests, and anything the UI runs.
+
+`run_untrusted(code, limits)` runs `code` in a fresh Python interpreter and returns a
+`SandboxResult` saying what it printed, how it ended and, when it was stopped, which limit stopped
+it in plain words. `run_tests(program, test_code, entry_point)` runs a HumanEval-style `check`
+one assert at a time inside it and counts the asserts that passed (the MAGRPO test score).
+
+Layers, outermost first (as measured on a root Linux machine; `SandboxResult.layers` names the
+ones that were active for a run):
+
+- process: a separate process in its own session (the whole process group is killed at the end),
+  started by a small launcher that sets the limits below and then `execve`s `python -I -S`
+  (no site-packages, no PYTHON* variables) on the program. stdin is /dev/null; the environment is
+  only PATH, LANG, HOME and TMPDIR (the program's folder): none of the app's variables reach it.
+- user (root only): the launcher switches to a throw-away uid no other process has, so the program
+  cannot write, delete, signal or read anything it does not own (the app's files, /root,
+  /proc/<app>/environ), and RLIMIT_NPROC (counted per uid) caps a fork bomb. After the run every
+  process of that uid is killed, also those that left the process group with setsid().
+- network (root, or unprivileged where user namespaces are allowed): an empty network namespace;
+  connecting anywhere, 127.0.0.1 included, fails with "Network is unreachable".
+- mounts (root only): a private mount namespace with a size-capped tmpfs as the working folder and
+  over /tmp, /var/tmp, /dev/shm and /run/lock, so the program cannot fill the host's disk or leave
+  files behind; it all vanishes with the last process.
+- rlimits: CPU seconds (SIGXCPU), address space (MemoryError), processes, file size, open files,
+  no core dumps; no_new_privs so setuid binaries cannot raise privileges.
+- parent: a wall-clock deadline and a cap on the bytes read from stdout+stderr; either kills all.
+- audit hook (Python level, `Limits.audit_hook`): refuses sockets, subprocesses, fork/exec, kill,
+  ctypes and writes/removals outside the folder with a clear "[sandbox] blocked ..." line. It can
+  be bypassed by a determined program, so it is for clear reports and for machines where the OS
+  layers are missing, not the boundary itself; the tests prove the OS layers hold with it off.
+
+The throw-away uid cannot enter /root, where the app's interpreter may live; the program then runs
+on the system's /usr/bin/python3 (probed once: `SandboxResult.interpreter` says which).
+Run as an ordinary user, the sandbox has no uid or mount layer and sets no RLIMIT_NPROC (it would
+count the app's own processes): the audit hook is then what stops forks, and a process that leaves
+the group with setsid() can outlive the run. Not covered by any layer: reading world-readable files,
+and a program that introspects the test harness to forge its result lines (a marker with a random
+nonce makes this unlikely, not impossible).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import pwd
+import random
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+# uids for sandboxes are drawn from a range far above any real account; one per run, so that
+# RLIMIT_NPROC and the final sweep count only that run's processes.
+SANDBOX_UID_BASE = 1_500_000_000
+SANDBOX_UID_SPAN = 1_000_000
+
+# the world-writable folders a throw-away user could otherwise write to; each gets a small tmpfs
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+# audit events, grouped for the report (the hook itself lists what it refuses in _PRELUDE)
+_PROCESS_EVENTS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork")
+_PROCESS_EVENTS += ("os.kill", "pty.")
+_FILE_EVENTS = ("open", "os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown")
+_FILE_EVENTS += ("os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed run may use. Defaults suit one generated function and its tests."""
+
+    wall_seconds: float = 10.0
+    cpu_seconds: int = 10
+    memory_mb: int = 512  # address space; Python raises MemoryError past it
+    processes: int = 32  # counted per throw-away uid (root only)
+    output_bytes: int = 1_000_000  # stdout and stderr together
+    file_size_mb: int = 16  # largest file it may write
+    disk_mb: int = 64  # size of its private working folder (root only)
+    open_files: int = 64
+    audit_hook: bool = True
+
+
+@dataclass
+class SandboxResult:
+    """How one sandboxed run ended. `limit` is None when it ended by itself."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None  # negative: killed by that signal (as in subprocess)
+    timed_out: bool
+    killed_by: str | None  # "SIGKILL", "SIGXCPU", ... when a signal ended it
+    limit: (
+        str | None
+    )  # "wall_time", "cpu_time", "memory", "output", "processes", "disk", "file_size"
+    reason: str  # one human-readable sentence
+    blocked: list[str]  # what the audit hook refused, e.g. "socket.connect: ('127.0.0.1', 80)"
+    duration_s: float
+    output_truncated: bool
+    layers: list[str]  # containment layers that were active
+    interpreter: str = ""
+    stray_processes_killed: int = 0  # processes still alive after the program ended
+    pid: int = 0  # of the program's first process, which led its process group
+    uid: int | None = None  # the throw-away uid it ran as (root only)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.limit is None
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not start (not the program's fault)."""
+
+
+# Runs inside the sandboxed interpreter: installs the audit hook, then runs main.py.
+_PRELUDE = r"""
+import os, sys
+
+def _sandbox_guard(root):
+    WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.mkdir": (0,),
+                   "os.chmod": (0,), "os.chown": (0,), "os.symlink": (1,), "os.link": (0, 1),
+                   "os.truncate": (0,), "os.utime": (0,), "shutil.rmtree": (0,)}
+    DENIED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+              "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.setuid", "os.setgid",
+              "ctypes.", "pty.", "webbrowser.", "urllib.", "http.", "ftplib.", "smtplib.",
+              "imaplib.", "poplib.", "nntplib.", "telnetlib.", "os.startfile")
+    realpath, fsdecode, write = os.path.realpath, os.fsdecode, os.write
+    busy = []
+
+    def inside(path):
+        if isinstance(path, int):
+            return True
+        path = realpath(fsdecode(path))
+        return path == root or path.startswith(root + "/") or path == "/dev/null"
+
+    def deny(event, detail):
+        write(2, ("[sandbox] blocked %s: %s\n" % (event, detail)).encode("utf-8", "replace"))
+        raise PermissionError("sandbox: %s is not allowed (%s)" % (event, detail))
+
+    def hook(event, args):
+        if busy:
+            return
+        busy.append(1)
+        try:
+            if event == "open":
+                path, mode, flags = args
+                writes = (flags & WRITE_FLAGS) if mode is None else any(c in mode for c in "wax+")
+                if writes and not inside(path):
+                    deny(event, path)
+            elif event in PATH_EVENTS:
+                for i in PATH_EVENTS[event]:
+                    if not inside(args[i]):
+                        deny(event, args[i])
+            elif event.startswith(DENIED):
+                deny(event, repr(args[:2])[:200])
+        finally:
+            busy.clear()
+
+    sys.addaudithook(hook)
+
+def _sandbox_main(root, audit):
+    import traceback
+    with open("main.py", encoding="utf-8") as f:
+        source = f.read()
+    try:
+        code = compile(source, "main.py", "exec")
+    except SyntaxError as e:
+        traceback.print_exception(type(e), e, None)
+        sys.exit(1)
+    sys.argv = ["main.py"]
+    if audit:
+        _sandbox_guard(root)
+    g = {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}
+    try:
+        exec(code, g)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        sys.exit(1)
+
+_sandbox_main(sys.argv[1], sys.argv[2] == "1")
+"""
+
+# Runs as root (or as the app's user) between fork and the program: namespaces, limits, uid.
+_LAUNCHER = r"""
+import ctypes, json, os, resource, sys
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS = 38
+
+cfg = json.loads(sys.argv[1])
+status_fd = int(sys.argv[2])
+folder, uid = cfg["folder"], cfg["uid"]
+layers = []
+try:
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret, what):
+        if ret != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, "%s: %s" % (what, os.strerror(errno)))
+
+    def mount_tmpfs(path, options):
+        check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                         options.encode()), "mount tmpfs on " + path)
+
+    if uid is not None:
+        check(libc.unshare(CLONE_NEWNET), "unshare network")
+        layers.append("network: empty network namespace")
+        if libc.unshare(CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None,
+                                                         MS_REC | MS_PRIVATE, None) == 0:
+            files = {}
+            for name in os.listdir(folder):
+                with open(os.path.join(folder, name), "rb") as f:
+                    files[name] = f.read()
+            for path in cfg["world_writable"]:
+                if os.path.isdir(path):
+                    mount_tmpfs(path, "size=%dm,mode=1777" % cfg["disk_mb"])
+            os.makedirs(folder, exist_ok=True)
+            mount_tmpfs(folder, "size=%dm,mode=0700,uid=%d,gid=%d" % (cfg["disk_mb"], uid, uid))
+            for name, data in files.items():
+                path = os.path.join(folder, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                os.chown(path, uid, uid)
+            layers.append("mounts: private %d MiB tmpfs folder; tmpfs over /tmp, /var/tmp, "
+                          "/dev/shm, /run/lock" % cfg["disk_mb"])
+    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        layers.append("network: empty network namespace (user namespace)")
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for name, value in cfg["rlimits"].items():
+        soft, hard = value
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    layers.append("rlimits: " + ", ".join(sorted(cfg["rlimits"])))
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        layers.append("user: throw-away uid %d" % uid)
+    os.chdir(folder)
+    os.write(status_fd, json.dumps({"layers": layers}).encode())
+except BaseException as e:
+    os.write(status_fd, json.dumps({"error": "%s: %s" % (type(e).__name__, e)}).encode())
+    os._exit(125)
+os.close(status_fd)
+os.execve(cfg["python"], cfg["argv"], cfg["env"])
+"""
+
+_interpreter_lock = threading.Lock()
+_interpreter: str | None = None
+
+
+def run_untrusted(code: str, limits: Limits = Limits()) -> SandboxResult:  # noqa: B008
+    """Run `code` as a Python program in the sandbox and report how it ended.
+
+    Never raises for anything the program does; raises SandboxError only when the sandbox itself
+    cannot start (e.g. no interpreter the throw-away user may run).
+    """
+    return _run(code, limits, _sandbox_interpreter() if os.geteuid() == 0 else sys.executable)
+
+
+def _run(code: str, limits: Limits, interpreter: str) -> SandboxResult:
+    start = time.monotonic()
+    uid = _pick_uid() if os.geteuid() == 0 else None
+    with tempfile.TemporaryDirectory(prefix="coteam-sandbox-", ignore_cleanup_errors=True) as tmp:
+        folder = os.path.realpath(tmp)
+        with open(os.path.join(folder, "main.py"), "w", encoding="utf-8") as f:
+            f.write(code)
+        if uid is not None:  # in case the private mount is unavailable
+            os.chown(folder, uid, uid)
+            os.chown(os.path.join(folder, "main.py"), uid, uid)
+        config = {
+            "folder": folder,
+            "uid": uid,
+            "disk_mb": limits.disk_mb,
+            "world_writable": list(WORLD_WRITABLE),
+            "rlimits": _rlimits(limits, uid is not None),
+            "python": interpreter,
+            "argv": [
+                interpreter,
+                "-I",
+                "-S",
+                "-c",
+                _PRELUDE,
+                folder,
+                "1" if limits.audit_hook else "0",
+            ],
+            "env": {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": folder,
+                "TMPDIR": folder,
+            },
+        }
+        status_read, status_write = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _LAUNCHER,
+                    json.dumps(config),
+                    str(status_write),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(status_write,),
+                start_new_session=True,
+                cwd=folder,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            )
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            os.close(status_write)
+        with os.fdopen(status_read, "rb") as status_pipe:
+            status = json.loads(status_pipe.read() or b"{}")  # EOF at exec (close-on-exec)
+        if "error" in status:
+            proc.kill()
+            proc.communicate()
+            raise SandboxError(f"the sandbox could not start: {status['error']}")
+        layers = ["process: own session, scrubbed environment, python -I -S", *status["layers"]]
+        if limits.audit_hook:
+            layers.append("audit hook: network, processes, ctypes, writes outside the folder")
+        stdout, stderr, timed_out, overflowed, strays = _collect(proc, limits, uid)
+        _kill_all(proc.pid, uid)
+        proc.wait()
+    return _describe(
+        proc.pid,
+        uid,
+        proc.returncode,
+        stdout,
+        stderr,
+        timed_out,
+        overflowed,
+        limits,
+        time.monotonic() - start,
+        layers,
+        interpreter,
+        strays,
+    )
+
+
+def _rlimits(limits: Limits, per_uid: bool) -> dict[str, tuple[int, int]]:
+    mb = 1024 * 1024
+    rlimits = {
+        "RLIMIT_CPU": (limits.cpu_seconds, limits.cpu_seconds + 1),
+        "RLIMIT_AS": (limits.memory_mb * mb, limits.memory_mb * mb),
+        "RLIMIT_FSIZE": (limits.file_size_mb * mb, limits.file_size_mb * mb),
+        "RLIMIT_NOFILE": (limits.open_files, limits.open_files),
+        "RLIMIT_CORE": (0, 0),
+    }
+    if per_uid:  # as the app's own user it would count all of the app's processes
+        rlimits["RLIMIT_NPROC"] = (limits.processes, limits.processes)
+    return rlimits
+
+
+def _pick_uid() -> int:
+    while True:
+        uid = SANDBOX_UID_BASE + random.randrange(SANDBOX_UID_SPAN)
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+
+
+def _collect(
+    proc: subprocess.Popen, limits: Limits, uid: int | None
+) -> tuple[bytes, bytes, bool, bool, int]:
+    """Read stdout and stderr until the program ends (or the deadline passes, or the output cap is
+    hit), then end whatever it left running. Returns (stdout, stderr, timed_out, overflowed,
+    number of processes left running after the program ended)."""
+    deadline = time.monotonic() + limits.wall_seconds
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    total, strays = 0, 0
+    timed_out = overflowed = ended = False
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if ended:
+                    break  # something still holds the pipes: stop reading
+                timed_out = ended = True
+                _kill_all(proc.pid, uid)
+                deadline = time.monotonic() + 2.0  # drain what is left, briefly
+                continue
+            if selector.get_map():
+                for key, _ in selector.select(timeout=min(remaining, 0.05)):
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        selector.unregister(key.fileobj)
+                        continue
+                    chunks[key.fd].append(data[: max(limits.output_bytes - total, 0)])
+                    total += len(data)
+                    if total > limits.output_bytes and not ended:
+                        overflowed = ended = True
+                        _kill_all(proc.pid, uid)
+                        deadline = time.monotonic() + 2.0
+            elif ended:
+                break
+            else:  # it closed its pipes but may still run
+                time.sleep(min(remaining, 0.05))
+            if not ended and proc.poll() is not None:
+                # the program is over: whatever it left running ends with it
+                ended = True
+                strays = _kill_all(proc.pid, uid)
+                deadline = time.monotonic() + 2.0
+    stdout = b"".join(chunks[proc.stdout.fileno()])
+    stderr = b"".join(chunks[proc.stderr.fileno()])
+    proc.stdout.close()
+    proc.stderr.close()
+    return stdout, stderr, timed_out, overflowed, strays
+
+
+def _kill_all(pgid: int, uid: int | None) -> int:
+    """Kill the run's process group and, when it ran under a throw-away uid, every process of that
+    uid (a fork bomb or a setsid() daemon escapes the group). Returns how many were still alive."""
+    alive = 0
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    if uid is None:
+        return 0
+    for _ in range(200):
+        found = []
+        for proc in psutil.process_iter(["uids", "status"]):
+            uids, status = proc.info["uids"], proc.info["status"]
+            if uids is not None and uid in uids and status != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        if not found:
+            return alive
+        alive = max(alive, len(found))
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    raise SandboxError(f"processes of sandbox uid {uid} survived 200 rounds of SIGKILL")
+
+
+def _describe(
+    pid: int,
+    uid: int | None,
+    returncode: int,
+    stdout_bytes: bytes,
+    stderr_bytes: bytes,
+    timed_out: bool,
+    overflowed: bool,
+    limits: Limits,
+    duration: float,
+    layers: list[str],
+    interpreter: str,
+    strays: int,
+) -> SandboxResult:
+    stdout = stdout_bytes.decode("utf-8", errors="replace")
+    stderr = stderr_bytes.decode("utf-8", errors="replace")
+    blocked = [
+        line.removeprefix("[sandbox] blocked ")
+        for line in stderr.splitlines()
+        if line.startswith("[sandbox] blocked ")
+    ]
+    killed_by = signal.Signals(-returncode).name if returncode < 0 else None
+    # each candidate limit with the sentence that explains it, most decisive first
+    hits: list[tuple[str, str]] = []
+    if overflowed:
+        hits.append(("output", f"it printed more than {limits.output_bytes:,} bytes"))
+    if timed_out:
+        hits.append(("wall_time", f"it ran past the wall-clock limit of {limits.wall_seconds:g} s"))
+    if killed_by == "SIGXCPU" or (killed_by == "SIGKILL" and not (timed_out or overflowed)):
+        hits.append(("cpu_time", f"it used more than {limits.cpu_seconds} s of CPU time"))
+    if "MemoryError" in stderr:
+        hits.append(("memory", f"it tried to use more than {limits.memory_mb} MiB of memory"))
+    if "BlockingIOError" in stderr or "Resource temporarily unavailable" in stderr:
+        hits.append(("processes", f"it tried to start more than {limits.processes} processes"))
+    if "No space left on device" in stderr:
+        hits.append(("disk", f"it filled its {limits.disk_mb} MiB folder"))
+    if "File too large" in stderr:
+        hits.append(("file_size", f"it wrote a file larger than {limits.file_size_mb} MiB"))
+    if "Network is unreachable" in stderr or any(b.startswith("socket.") for b in blocked):
+        hits.append(("network", "it tried to use the network, which the sandbox does not have"))
+    if any(b.startswith(_PROCESS_EVENTS) for b in blocked):
+        hits.append(("processes", "it tried to start or signal processes"))
+    if any(b.startswith(_FILE_EVENTS) for b in blocked):
+        hits.append(("filesystem", "it tried to change files outside its folder"))
+    elif "PermissionError" in stderr and not blocked:
+        hits.append(("filesystem", "it was refused access to something it does not own"))
+    if any(b.startswith("ctypes.") for b in blocked):
+        hits.append(("ctypes", "it tried to call C functions through ctypes"))
+    hits = list({name: (name, sentence) for name, sentence in reversed(hits)}.values())[::-1]
+    limit = hits[0][0] if hits else None
+    if hits:
+        reason = ("finished, but " if returncode == 0 else "stopped: ") + "; ".join(
+            sentence for _, sentence in hits
+        )
+    elif killed_by:
+        reason = f"killed by {killed_by}"
+    elif returncode == 0:
+        reason = "finished normally"
+    else:
+        reason = f"exited with code {returncode}"
+    if blocked:
+        refused = dict.fromkeys(b.split(":")[0] for b in blocked)
+        reason += "; the sandbox refused " + ", ".join(list(refused)[:5])
+    if strays:
+        reason += f"; {strays} process(es) it left running were killed"
+    return SandboxResult(
+        stdout=stdout,
+        stderr=stderr,
+        exit_code=returncode,
+        timed_out=timed_out,
+        killed_by=killed_by,
+        limit=limit,
+        reason=reason,
+        blocked=blocked,
+        duration_s=duration,
+        output_truncated=overflowed,
+        layers=layers,
+        interpreter=interpreter,
+        stray_processes_killed=strays,
+        pid=pid,
+        uid=uid,
+    )
+
+
+def _sandbox_interpreter() -> str:
+    """The first Python the throw-away user may run: the app's own, or the system's (the app's may
+    sit under /root, which other users cannot enter). Probed once per process."""
+    global _interpreter
+    with _interpreter_lock:
+        if _interpreter is None:
+            candidates = [os.path.realpath(sys.executable), "/usr/bin/python3"]
+            probe = "import json, math, re, collections, itertools, hashlib\nprint('ok')"
+            for candidate in dict.fromkeys(candidates):
+                if not os.path.exists(candidate):
+                    continue
+                result = _run(probe, Limits(wall_seconds=20), candidate)
+                if result.ok and result.stdout.strip() == "ok":
+                    _interpreter = candidate
+                    break
+            else:
+                raise SandboxError(
+                    "no Python interpreter the sandbox user may run; install python3 "
+                    "(apt-get install python3) or put the app's interpreter outside /root"
+                )
+        return _interpreter
+
+
+# ---------------------------------------------------------------------------------------------
+# HumanEval-style tests, one assert at a time
+
+
+@dataclass
+class AssertResult:
+    source: str
+    passed: bool
+    message: str = ""  # why it failed: the assert's message, or the exception
+
+
+@dataclass
+class TestReport:
+    """How many of a task's asserts a program passed; `fraction` is the MAGRPO test score."""
+
+    __test__ = False  # not a pytest class
+
+    passed: int
+    total: int
+    results: list[AssertResult]
+    timeouts: int
+    error: str  # the program failed to load, or the sandbox stopped it: the reason
+    sandbox: SandboxResult | None = field(default=None, repr=False)
+
+    @property
+    def fraction(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def split_check(
+    test_code: str, entry_point: str | None = None
+) -> tuple[str, list[tuple[str, bool]]]:
+    """Split test code into module-level set-up and test statements, in order.
+
+    HumanEval form (a `def check(candidate)`): the set-up is the code around `check`, the
+    statements are those of its body. Plain form (top-level asserts that call `entry_point` by
+    name): no set-up, the statements are the module's. Returns (setup, [(source, counts)]): a
+    statement counts as a test when it holds an assert that uses the candidate (or `entry_point`);
+    the others (imports, variables, `assert True`) only prepare.
+    """
+    try:
+        tree = ast.parse(test_code)
+    except SyntaxError as e:
+        raise ValueError(f"the test code does not parse: {e}") from e
+    check = next(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None
+    )
+    if check is not None and check.args.args:
+        candidate = check.args.args[0].arg
+        setup = ast.unparse([n for n in tree.body if n is not check])
+        body = check.body
+    elif entry_point:
+        candidate, setup, body = entry_point, "", tree.body
+    else:
+        raise ValueError("the tests have no `def check(candidate)` and no entry point was named")
+    units = []
+    for statement in body:
+        has_assert = any(isinstance(n, ast.Assert) for n in ast.walk(statement))
+        uses_candidate = any(
+            isinstance(n, ast.Name) and n.id == candidate for n in ast.walk(statement)
+        )
+        source = ast.unparse(statement)
+        if candidate not in ("candidate", entry_point):
+            source = f"{candidate} = candidate\n{source}"
+        units.append((source, has_assert and uses_candidate))
+    return setup, units
+
+
+_HARNESS = r"""
+import io as _io, json as _json, os as _os, signal as _signal, sys as _sys
+
+class _Timeout(BaseException):
+    pass
+
+def _on_alarm(signum, frame):
+    raise _Timeout()
+
+def _harness(program, setup, units, entry_point, per_test, max_timeouts, marker):
+    out = _os.fdopen(_os.dup(1), "w")
+    _sys.stdout = _io.StringIO()  # the program's prints must not mix with the results
+    def report(**kw):
+        out.write(marker + _json.dumps(kw) + "\n")
+        out.flush()
+    _signal.signal(_signal.SIGALRM, _on_alarm)
+    ns = {"__name__": "candidate"}
+    _signal.setitimer(_signal.ITIMER_REAL, per_test)
+    try:
+        exec(compile(program, "program.py", "exec"), ns)
+        exec(compile(setup, "test.py", "exec"), ns)
+    except _Timeout:
+        report(load_error="loading the program took more than %gs" % per_test)
+        return
+    except BaseException as e:
+        report(load_error="%s: %s" % (type(e).__name__, e))
+        return
+    finally:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+    if not callable(ns.get(entry_point)):
+        report(load_error="the program does not define %s()" % entry_point)
+        return
+    ns["candidate"] = ns[entry_point]
+    timeouts = 0
+    for i, (source, counts) in enumerate(units):
+        _signal.setitimer(_signal.ITIMER_REAL, per_test)
+        try:
+            exec(compile(source, "test.py", "exec"), ns)
+            passed, message = True, ""
+        except _Timeout:
+            timeouts += 1
+            passed, message = False, "timed out after %gs" % per_test
+        except AssertionError as e:
+            passed, message = False, "AssertionError: %s" % e if str(e) else "assertion failed"
+        except BaseException as e:
+            passed, message = False, "%s: %s" % (type(e).__name__, e)
+        finally:
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _sys.stdout = _io.StringIO()
+        if counts:
+            report(unit=i, passed=passed, message=message[:500])
+        if timeouts >= max_timeouts:
+            report(stopped="%d asserts timed out" % timeouts)
+            return
+"""
+
+
+def run_tests(
+    program: str,
+    test_code: str,
+    entry_point: str,
+    timeout: float = 10.0,
+    max_timeouts: int = 3,
+    limits: Limits | None = None,
+) -> TestReport:
+    """Run a HumanEval-style `check(candidate)` against `program`, one assert at a time.
+
+    Each counted assert (see `split_check`) gets `timeout` seconds; after `max_timeouts` timeouts
+    the rest count as failed (as in MAGRPO). The whole run is one sandbox with `limits`, by default
+    enough wall time for every timeout.
+    """
+    setup, units = split_check(test_code, entry_point)
+    marker = f"@@coteam-{random.getrandbits(64):016x}@@"
+    args = [program, setup, units, entry_point, timeout, max_timeouts, marker]
+    code = _HARNESS + f"\n_harness(*_json.loads({json.dumps(args)!r}))\n"
+    if limits is None:
+        budget = timeout * (max_timeouts + 1) + 5
+        limits = Limits(wall_seconds=budget, cpu_seconds=int(budget) + 1)
+    result = run_untrusted(code, limits)
+    outcomes: dict[int, AssertResult] = {}
+    error = ""
+    for line in result.stdout.splitlines():
+        if not line.startswith(marker):
+            continue
+        record = json.loads(line[len(marker) :])
+        if "load_error" in record or "stopped" in record:
+            error = record.get("load_error") or record["stopped"]
+        elif "unit" in record:
+            source = units[record["unit"]][0]
+            outcomes[record["unit"]] = AssertResult(source, record["passed"], record["message"])
+    if not error and result.limit is not None:
+        error = result.reason
+    elif not error and result.exit_code != 0:
+        last_line = result.stderr.strip().splitlines()[-1:] or [""]
+        error = f"{result.reason}: {last_line[0]}"
+    results = []
+    for i, (source, counts) in enumerate(units):
+        if counts:
+            results.append(outcomes.get(i) or AssertResult(source, False, error or "not run"))
+    passed = sum(r.passed for r in results)
+    timeouts = sum(r.message.startswith("timed out") for r in results)
+    return TestReport(passed, len(results), results, timeouts, error, result)

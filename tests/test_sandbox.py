@@ -1,0 +1,363 @@
+"""The sandbox against hostile programs: each case asserts what stopped it and that the host is
+unharmed (the canary file survives, no process of the sandbox remains).
+
+Every case runs twice: with the Python audit hook (the clear first refusal) and without it, which
+proves the operating-system layers hold on their own. Those need root (CI and the dev machine are).
+"""
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agents.sandbox import (
+    SANDBOX_UID_BASE,
+    SANDBOX_UID_SPAN,
+    Limits,
+    SandboxResult,
+    run_tests,
+    run_untrusted,
+    split_check,
+)
+from tests.conftest import process_group_alive
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="the OS layers (uid, namespaces) need root")
+audit_modes = pytest.mark.parametrize(
+    "audit", [True, pytest.param(False, marks=needs_root)], ids=["audit-hook", "os-layers-only"]
+)
+
+
+def sandbox_processes() -> list[psutil.Process]:
+    """Live (non-zombie) processes running under any sandbox uid."""
+    found = []
+    for proc in psutil.process_iter(["uids", "status"]):
+        uids = proc.info["uids"]
+        if uids is None or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(SANDBOX_UID_BASE <= u < SANDBOX_UID_BASE + SANDBOX_UID_SPAN for u in uids):
+            found.append(proc)
+    return found
+
+
+def assert_host_unharmed(result: SandboxResult) -> None:
+    assert not process_group_alive(result.pid), "a process of the sandbox's group survived"
+    assert sandbox_processes() == [], "a process of a sandbox uid survived"
+    assert subprocess.run(["true"]).returncode == 0  # the host can still start processes
+
+
+def run(code: str, audit: bool, **limits) -> SandboxResult:
+    return run_untrusted(textwrap.dedent(code), Limits(audit_hook=audit, **limits))
+
+
+def test_a_plain_program_runs_and_sees_only_a_scrubbed_environment():
+    result = run_untrusted("import os, sys\nprint(6 * 7)\nprint(sorted(os.environ))")
+    assert result.ok, result.reason
+    assert result.stdout.splitlines() == ["42", "['HOME', 'LANG', 'PATH', 'TMPDIR']"]
+    assert result.reason == "finished normally"
+    assert_host_unharmed(result)
+
+
+@needs_root
+def test_the_os_layers_are_active_as_root():
+    result = run_untrusted("import os\nprint(os.getuid())")
+    assert result.uid is not None and int(result.stdout) == result.uid
+    assert any(layer.startswith("network: empty network namespace") for layer in result.layers)
+    assert any(layer.startswith("user: throw-away uid") for layer in result.layers)
+    assert any(layer.startswith("mounts: private") for layer in result.layers)
+
+
+@audit_modes
+def test_fork_bomb_is_stopped_and_leaves_no_process(audit):
+    result = run(
+        """
+        import os
+        while True:
+            os.fork()
+        """,
+        audit,
+        wall_seconds=5,
+    )
+    assert result.limit == "processes", result.reason
+    if audit:
+        assert any(b.startswith("os.fork") for b in result.blocked)
+    else:
+        assert "more than 32 processes" in result.reason
+    assert_host_unharmed(result)
+
+
+@needs_root
+def test_a_daemon_that_leaves_the_process_group_is_still_killed():
+    result = run(
+        """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()  # leave the sandbox's process group
+            if os.fork() == 0:
+                time.sleep(300)
+            os._exit(0)
+        print("parent done")
+        """,
+        audit=False,
+    )
+    assert result.exit_code == 0 and result.stdout == "parent done\n"
+    assert result.stray_processes_killed >= 1
+    assert "left running were killed" in result.reason
+    assert_host_unharmed(result)
+
+
+@pytest.fixture
+def canaries(tmp_path):
+    """A canary the sandbox can see (root-owned, world-readable, in a 0755 folder) and one in the
+    host's /tmp. Both must survive."""
+    visible_dir = Path(tempfile.mkdtemp(prefix="coteam-canary-", dir="/var/lib"))
+    visible_dir.chmod(0o755)
+    visible = visible_dir / "canary.txt"
+    visible.write_text("alive")
+    visible.chmod(0o644)
+    in_tmp = tmp_path / "canary.txt"
+    in_tmp.write_text("alive")
+    yield visible, in_tmp
+    shutil.rmtree(visible_dir)
+
+
+@audit_modes
+def test_deleting_files_outside_its_folder_fails(audit, canaries):
+    visible, in_tmp = canaries
+    result = run(
+        f"""
+        import os, shutil
+        print("read:", open({str(visible)!r}).read())
+        for attempt in (
+            lambda: os.remove({str(visible)!r}),
+            lambda: shutil.rmtree({str(visible.parent)!r}),
+            lambda: open({str(visible)!r}, "w").write("pwned"),
+            lambda: os.rename({str(visible)!r}, {str(visible.with_name("moved.txt"))!r}),
+            lambda: os.remove({str(in_tmp)!r}),
+        ):
+            try:
+                attempt()
+                print("DONE")
+            except OSError as e:
+                print(type(e).__name__)
+        """,
+        audit,
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "read: alive"  # it saw the canary, so it really tried
+    assert "DONE" not in lines
+    if audit:
+        assert lines[1:5] == ["PermissionError"] * 4
+        assert {b.split(":")[0] for b in result.blocked} >= {"os.remove", "shutil.rmtree", "open"}
+        assert result.limit == "filesystem"
+    else:
+        # the throw-away uid owns nothing outside its folder; the host's /tmp is not even visible
+        assert lines[1:] == ["PermissionError"] * 4 + ["FileNotFoundError"]
+    assert visible.read_text() == "alive"
+    assert in_tmp.read_text() == "alive"
+    assert_host_unharmed(result)
+
+
+@audit_modes
+def test_network_connection_never_arrives(audit):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        result = run(
+            f"""
+            import socket
+            socket.create_connection(("127.0.0.1", {port}), timeout=3).sendall(b"hello")
+            print("CONNECTED")
+            """,
+            audit,
+        )
+        listener.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert "CONNECTED" not in result.stdout
+    assert result.limit == "network", result.reason
+    if audit:
+        assert any(b.startswith("socket.") for b in result.blocked)
+    else:
+        assert "Network is unreachable" in result.stderr
+    assert_host_unharmed(result)
+
+
+@audit_modes
+def test_infinite_loop_is_killed_at_the_wall_clock_limit(audit):
+    result = run("while True:\n    pass\n", audit, wall_seconds=2, cpu_seconds=30)
+    assert result.timed_out and result.killed_by == "SIGKILL"
+    assert result.limit == "wall_time"
+    assert "wall-clock limit of 2 s" in result.reason
+    assert_host_unharmed(result)
+
+
+@audit_modes
+def test_cpu_bound_loop_is_stopped_by_the_cpu_limit_even_if_it_ignores_sigxcpu(audit):
+    result = run(
+        """
+        import signal
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+        while True:
+            pass
+        """,
+        audit,
+        wall_seconds=30,
+        cpu_seconds=1,
+    )
+    assert not result.timed_out
+    assert result.killed_by == "SIGKILL"  # the hard CPU limit, one second past the soft one
+    assert result.limit == "cpu_time", result.reason
+    assert_host_unharmed(result)
+
+
+@audit_modes
+def test_allocating_10_gb_fails_with_a_memory_limit(audit):
+    result = run(
+        """
+        blocks = [bytearray(10 * 1024**3)]
+        """,
+        audit,
+    )
+    assert result.exit_code == 1
+    assert "MemoryError" in result.stderr
+    assert result.limit == "memory"
+    assert "512 MiB of memory" in result.reason
+    assert_host_unharmed(result)
+
+
+@audit_modes
+def test_secrets_in_the_apps_environment_stay_out_of_reach(audit, monkeypatch):
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv("COTEAM_TEST_SECRET", secret)
+    result = run(
+        f"""
+        import os
+        print(dict(os.environ))
+        for pid in ({os.getpid()}, 1, os.getppid()):
+            try:
+                print(open(f"/proc/{{pid}}/environ", "rb").read())
+            except OSError as e:
+                print("refused", pid, type(e).__name__)
+        """,
+        audit,
+    )
+    assert secret not in result.stdout + result.stderr
+    assert "COTEAM_TEST_SECRET" not in result.stdout
+    if not audit:
+        assert f"refused {os.getpid()} PermissionError" in result.stdout
+    assert_host_unharmed(result)
+
+
+@audit_modes
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_output_flood_is_cut_at_the_cap(audit, stream):
+    result = run(
+        f"""
+        import sys
+        while True:
+            sys.{stream}.write("x" * 10000 + "\\n")
+        """,
+        audit,
+        output_bytes=200_000,
+    )
+    assert result.limit == "output"
+    assert result.output_truncated and result.killed_by == "SIGKILL"
+    assert len(result.stdout) + len(result.stderr) <= 200_000
+    assert_host_unharmed(result)
+
+
+@needs_root
+def test_filling_the_disk_stops_at_the_private_folder_size():
+    result = run(
+        """
+        for i in range(100):
+            with open(f"junk{i}", "wb") as f:
+                f.write(b"x" * 10 * 1024 * 1024)
+        """,
+        audit=False,
+        disk_mb=32,
+    )
+    assert result.limit == "disk", result.reason
+    assert_host_unharmed(result)
+
+
+def test_split_check_counts_only_asserts_that_use_the_candidate():
+    setup, units = split_check(
+        textwrap.dedent(
+            """
+            METADATA = {}
+
+            def check(candidate):
+                import math
+                assert True, "always"
+                assert candidate(1) == 2
+                for x in range(3):
+                    assert candidate(x) > x
+            """
+        )
+    )
+    assert setup == "METADATA = {}"
+    assert [counts for _, counts in units] == [False, False, True, True]
+
+
+def test_run_tests_reports_each_assert_and_survives_hostile_tests():
+    tests = textwrap.dedent(
+        """
+        def check(candidate):
+            assert candidate(1) == 2
+            assert candidate(2) == 5, "two"
+            assert candidate(-1) == 0
+            assert candidate(10**9) == 0
+        """
+    )
+    program = textwrap.dedent(
+        """
+        def inc(x):
+            print("noise that must not confuse the harness")
+            if x < 0:
+                raise ValueError("negative")
+            while x > 10**6:
+                pass
+            return x + 1
+        """
+    )
+    report = run_tests(program, tests, "inc", timeout=1.0)
+    assert (report.passed, report.total, report.timeouts) == (1, 4, 1)
+    assert [r.passed for r in report.results] == [True, False, False, False]
+    assert report.results[1].message == "AssertionError: two"
+    assert report.results[2].message == "ValueError: negative"
+    assert report.results[3].message.startswith("timed out")
+    assert_host_unharmed(report.sandbox)
+
+
+def test_run_tests_counts_nothing_when_the_entry_point_is_missing():
+    report = run_tests("", "def check(candidate):\n    assert candidate() == 1\n", "f")
+    assert (report.passed, report.total) == (0, 1)
+    assert report.error == "the program does not define f()"
+
+
+def test_run_tests_accepts_plain_asserts_on_the_entry_point():
+    tests = "x = 3\nassert double(x) == 6\nassert double(0) == 1\nassert len('ab') == 2\n"
+    report = run_tests("def double(n):\n    return 2 * n\n", tests, "double")
+    assert (report.passed, report.total) == (1, 2)
+    assert report.results[1].message == "assertion failed"
+
+
+def test_run_tests_stops_after_three_timeouts_and_bounds_a_hanging_program():
+    tests = "def check(candidate):\n" + "    assert candidate(1) == 1\n" * 5
+    report = run_tests("def f(x):\n    while True:\n        pass\n", tests, "f", timeout=0.5)
+    assert (report.passed, report.total, report.timeouts) == (0, 5, 3)
+    assert report.results[4].message == "3 asserts timed out"
+    report = run_tests("while True:\n    pass\n", tests, "f", timeout=0.5)
+    assert report.error == "loading the program took more than 0.5s"
+    assert report.passed == 0
