@@ -224,7 +224,7 @@ try:
                     files[name] = f.read()
             for path in cfg["world_writable"]:
                 if os.path.isdir(path):
-                    mount_tmpfs(path, "size=%dm,mode=1777" % cfg["disk_mb"])
+                    mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
             os.makedirs(folder, exist_ok=True)
             mount_tmpfs(folder, "size=%dm,mode=0700,uid=%d,gid=%d" % (cfg["disk_mb"], uid, uid))
             for name, data in files.items():
@@ -232,8 +232,8 @@ try:
                 with open(path, "wb") as f:
                     f.write(data)
                 os.chown(path, uid, uid)
-            layers.append("mounts: private %d MiB tmpfs folder; tmpfs over /tmp, /var/tmp, "
-                          "/dev/shm, /run/lock" % cfg["disk_mb"])
+            layers.append("mounts: private %d MiB tmpfs folder; 4 MiB tmpfs over /tmp, "
+                          "/var/tmp, /dev/shm, /run/lock" % cfg["disk_mb"])
     elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         layers.append("network: empty network namespace (user namespace)")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
