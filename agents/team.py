@@ -80,6 +80,7 @@ class Sampling:
     top_p: float = 0.95
     max_tokens: int = 256
     seed: int | None = None  # with a seed, agent i samples with seed + i
+    logprobs: bool = False  # return token ids and sampling log-probabilities (for the learner)
 
 
 GREEDY = Sampling(temperature=0.0, top_p=1.0)  # for evaluation
@@ -196,6 +197,7 @@ def act(team: Team, view: View) -> dict:
         temperature=s.temperature,
         top_p=s.top_p,
         seed=None if s.seed is None else s.seed + agent,
+        logprobs=s.logprobs,
     )
     [completion] = team.policy.generate(
         [request], on_token=lambda _, piece: write({"event": "token", **where, "text": piece})
