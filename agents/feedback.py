@@ -5,9 +5,9 @@ Coding: syntax errors (per part and of the joined module), functions a role shou
 and did not, a main function that ignores its helpers, statements the combiner removed, and the
 result of the code check. The check is a seam: any `CodeChecker` (a function
 `(code, task) -> CodeCheck`) can be passed in. The default, `parse_check`, runs nothing: it parses
-the module and looks for the entry function. The sandbox (agents/sandbox.py, which runs the code
-and the tests in a separate process) plugs in here as another checker; generated code is never
-executed in this process.
+the module and looks for the entry function. `sandbox_check` runs the task's tests in the sandbox
+(agents/sandbox.py, a separate process) and reports the asserts that failed; generated code is
+never executed in this process.
 
 Writing: empty sections, sections outside their role's target length, and sections that repeat
 another one (word overlap).
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from agents.combine import CombinedCode
 from agents.roles import Role
+from agents.sandbox import run_tests
 from agents.tasks import Task
 
 MAX_OVERLAP = 0.5  # content-word Jaccard overlap above which two sections count as repeating
@@ -63,6 +64,25 @@ def parse_check(code: str, task: Task) -> CodeCheck:
     if task.entry_point not in defined:
         return CodeCheck(passed=False, messages=[f"the module defines no `{task.entry_point}`"])
     return CodeCheck(passed=True)
+
+
+def sandbox_check(code: str, task: Task) -> CodeCheck:
+    """The check that runs the task's tests in the sandbox, one assert at a time; it passes when
+    every counted assert passes. Without tests it is `parse_check`."""
+    check = parse_check(code, task)
+    if not check.passed or not task.tests:
+        return check
+    report = run_tests(code, task.tests, task.entry_point)
+    failed = [r for r in report.results if not r.passed]
+    messages = [report.error] if report.error else []
+    messages += [f"{r.source.splitlines()[-1]} -> {r.message}" for r in failed]
+    return CodeCheck(
+        passed=report.total > 0 and not failed,
+        tests_run=True,
+        tests_passed=report.passed,
+        tests_total=report.total,
+        messages=messages,
+    )
 
 
 @dataclass

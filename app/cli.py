@@ -1,4 +1,4 @@
-"""The `coteam` command line: `coteam setup`, `coteam serve`, `coteam doctor`, `coteam episode`."""
+"""The `coteam` command line: `coteam setup`, `serve`, `doctor`, `export`, `episode` and `eval`."""
 
 from __future__ import annotations
 
@@ -227,6 +227,51 @@ def cmd_episode(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    import shlex
+
+    from agents.policy import PolicyError
+    from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, parse_variant, run_eval
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request hides the bar
+    try:
+        # the base model is always the first variant: what trained adapters are compared with
+        variants = dict(parse_variant(text) for text in [BASE_VARIANT, *(args.adapters or [])])
+        config = EvalConfig(
+            task=args.task,
+            split=args.split,
+            writing_set=args.writing_set,
+            limit=args.limit,
+            shapes=tuple(s.strip() for s in args.shapes.split(",") if s.strip()),
+            agents=args.agents,
+            samples=args.samples,
+            turns=args.turns,
+            variants=variants,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            concurrency=args.concurrency,
+        )
+        command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
+        with contextlib.ExitStack() as stack:
+            policy = _episode_policy(args, stack)
+            summary = run_eval(
+                config, policy, args.out, db=args.db, progress=not args.no_progress, command=command
+            )
+    except (OSError, EvalError, PolicyError) as e:
+        print(f"coteam eval: error: {e}", file=sys.stderr)
+        return 1
+    from learner.evaluate import results_table
+
+    print(results_table(summary))
+    missing = f" ({summary['missing']} episodes missing: run again to retry)" * bool(
+        summary["missing"]
+    )
+    print(f"\n{summary['episodes']} episodes; report in {args.out}/report.md{missing}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coteam",
@@ -316,6 +361,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
     p.add_argument("--served-name", default="base", help="the server's name for the base model")
     p.set_defaults(func=cmd_episode)
+
+    p = sub.add_parser(
+        "eval",
+        help="compare team shapes (and adapter versions) on a task set; resumes when run again",
+    )
+    p.add_argument("--task", required=True, choices=["coding", "writing"], help="kind of task")
+    p.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train", "all"],
+        help="HumanEval 0-31 held out, 32-163 train; writing: items 0-29 held out (default heldout)",
+    )
+    p.add_argument(
+        "--writing-set",
+        default="xsum",
+        choices=["xsum", "abstracts"],
+        help="writing tasks: XSum summaries or abstracts from titles (default xsum)",
+    )
+    p.add_argument("--limit", type=int, help="only the first M tasks of the split")
+    p.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help=f"comma-separated team shapes (default all: {','.join(SHAPES)})",
+    )
+    p.add_argument(
+        "--agents", type=int, default=2, choices=range(2, 5), help="team size (default 2)"
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="K samples per task: 1 is greedy, more sample at T=0.8, top_p=0.95 (default 1)",
+    )
+    p.add_argument("--turns", type=int, default=1, help="turn limit (default 1)")
+    p.add_argument(
+        "--adapters",
+        action="append",
+        metavar="NAME=A0,A1",
+        help="a variant: NAME and the adapter of agent 0, 1, ... (e.g. v3=agent0-v3,agent1-v3); "
+        "repeatable; the base model ('base') always runs too and is what variants are tested "
+        "against. Adapters the server lacks are loaded from the registry by their agentK-vN name",
+    )
+    p.add_argument("--out", required=True, help="folder for episodes.jsonl, results.json, report")
+    p.add_argument("--max-tokens", type=int, default=256, help="per agent call (default 256)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed base for K > 1 (default 0)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="task groups run at once (default 1: each episode's time is measured alone)",
+    )
+    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--model", default=default_model, help=MODEL_HELP)
+    p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
+    p.add_argument("--served-name", default="base", help="the server's name for the base model")
+    p.set_defaults(func=cmd_eval)
     return parser
 
 

