@@ -208,7 +208,7 @@ class AgentPolicies:
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(agent), c.max_grad_norm)
         optimizer.step()
-        return {"loss": float(loss), "grad_norm": float(grad_norm)}
+        return {"loss": loss.item(), "grad_norm": grad_norm.item()}
 
     def save(self, agent: int, dest: Path, metadata: dict | None = None) -> Path:
         """Write agent's adapter to `dest` atomically (temp folder, then rename); never overwrite."""

@@ -423,3 +423,49 @@ def joint_reward(
 def rating_to_unit(value: float, low: float = 1, high: float = 5) -> float:
     """A rating on a [low, high] scale (1–5 stars; thumbs: 0–1) mapped to [0, 1]."""
     return min(max((value - low) / (high - low), 0.0), 1.0)
+
+
+# -- one team episode ---------------------------------------------------------------------------
+
+
+def episode_reward(
+    result,
+    weights: RewardWeights = RewardWeights(),  # noqa: B008
+    budget: SpeedBudget = SpeedBudget(),  # noqa: B008
+    human_rating: float | None = None,
+) -> dict:
+    """The joint reward of one finished episode (`agents.team.EpisodeResult`): the task's reward
+    components under `components`, and `joint_reward`'s parts with R as `reward`."""
+    from agents.combine import extract_code
+
+    task, roles = result.task, result.roles
+    texts = [step["text"] for step in result.final_steps()]
+    tokens = sum(step["completion_tokens"] for step in result.steps)
+    if task.kind == "coding":
+        code = [extract_code(text) for text in texts]
+        helper = "\n\n".join(c for r, c in zip(roles, code, strict=True) if "aux" in r.owns)
+        entry = "\n\n".join(
+            c for r, c in zip(roles, code, strict=True) if task.entry_point in r.owns
+        )
+        components = coding_reward(
+            helper,
+            entry or "\n\n".join(code),  # naive_concat: nobody owns the entry function
+            task.tests or "",
+            task.entry_point,
+            preamble=task.preamble,
+            program=result.output,
+        )
+    else:
+        bounds = [role.words or (1, 10_000) for role in roles]
+        components = writing_reward(texts, bounds, task.reference)
+    joint = joint_reward(
+        components["quality"],
+        components["coordination"],
+        result.turns,
+        tokens,
+        result.wall_time_s,
+        budget,
+        weights,
+        human_rating,
+    )
+    return {"components": components, **joint}

@@ -1,0 +1,123 @@
+"""Adapter versions and hot-swap: immutable folders, one server name per version, promotion and
+rollback without dropping a request.
+
+A version is the folder `COTEAM_HOME/adapters/agentK/vN/`, copied in under a temporary name and
+renamed when complete; it is served under the name `agentK-vN` (a new name per version: reloading
+under an old name can serve stale prefix-cache blocks). Promotion loads the new version, then flips
+the active pointer in the store: episodes that start afterwards ask for the new name, episodes in
+flight finish on the old one, which stays loaded (and is what a rollback returns to).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from sqlite_utils import Database
+
+import store
+from agents.policy import PolicyClient
+from store.paths import adapters_dir
+
+KEEP_LOADED = 2  # versions per agent kept on the server: the active one and the one before
+
+
+def adapter_name(agent: int, version: int) -> str:
+    return f"agent{agent}-v{version}"
+
+
+def publish_candidate(
+    db: Database,
+    agent: int,
+    folder: str | Path,
+    *,
+    parent: int | None = None,
+    metrics: dict | None = None,
+    training_run_id: int | None = None,
+) -> dict:
+    """Copy a trained adapter folder into the registry as the agent's next version (a candidate)."""
+    versions = [row["version"] for row in store.adapter_lineage(db, agent)]
+    version = max(versions, default=0) + 1
+    dest = adapters_dir() / f"agent{agent}" / f"v{version}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".v{version}.", dir=dest.parent))
+    try:
+        shutil.copytree(folder, tmp, dirs_exist_ok=True)
+        os.replace(tmp, dest)  # fails if dest exists: versions are immutable
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return store.register_adapter(
+        db,
+        agent,
+        str(dest),
+        version=version,
+        parent=parent,
+        metrics=metrics,
+        training_run_id=training_run_id,
+    )
+
+
+def remove_unfinished_copies() -> list[Path]:
+    """Delete temporary folders a killed process left in the registry (never a finished version)."""
+    removed = []
+    for tmp in adapters_dir().glob("agent*/.v*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+        removed.append(tmp)
+    return removed
+
+
+def serving_adapters(db: Database, agents: int) -> list[str | None]:
+    """The server name each agent's new requests go to (None: the base model)."""
+    active = store.active_adapters(db)
+    return [adapter_name(i, active[i]["version"]) if i in active else None for i in range(agents)]
+
+
+def ensure_loaded(db: Database, client: PolicyClient, agents: int) -> list[str | None]:
+    """Load every active adapter the server lacks (after a restart or a promotion elsewhere);
+    return the serving names. Cheap when all are loaded."""
+    names = serving_adapters(db, agents)
+    loaded = set(client.list_adapters())
+    active = store.active_adapters(db)
+    for agent, name in enumerate(names):
+        if name and name not in loaded:
+            client.load_adapter(name, active[agent]["path"])
+    return names
+
+
+def promote(db: Database, client: PolicyClient | None, agent: int, version: int) -> dict:
+    """Load a version into the server, then make it active; the version it replaces stays
+    loaded for requests in flight and for rollback, older ones are unloaded."""
+    row = store.get_adapter(db, agent, version)
+    if client is not None:
+        name = adapter_name(agent, version)
+        if name not in client.list_adapters():
+            client.load_adapter(name, row["path"])
+    activated = store.activate_adapter(db, agent, version)
+    if client is not None:
+        _unload_old(db, client, agent)
+    return activated
+
+
+def rollback(db: Database, client: PolicyClient | None, agent: int) -> dict | None:
+    """Reactivate the version the active one replaced (or the base model: None)."""
+    row = store.rollback_adapter(db, agent)
+    if client is not None and row is not None:
+        name = adapter_name(agent, row["version"])
+        if name not in client.list_adapters():
+            client.load_adapter(name, row["path"])
+    return row
+
+
+def _unload_old(db: Database, client: PolicyClient, agent: int) -> None:
+    lineage = store.adapter_lineage(db, agent)
+    active = [r for r in lineage if r["state"] == "active"]
+    keep = {adapter_name(agent, r["version"]) for r in active}
+    for r in active:
+        if r.get("previous_active_version"):
+            keep.add(adapter_name(agent, r["previous_active_version"]))
+    prefix = f"agent{agent}-v"
+    for name in client.list_adapters():
+        if name.startswith(prefix) and name not in keep:
+            client.unload_adapter(name)
