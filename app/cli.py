@@ -14,6 +14,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agents.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.roles import SHAPES  # noqa: E402
+from agents.policy import PolicyError  # noqa: E402
 from agents.server import ServerError  # noqa: E402
 from store import StoreError  # noqa: E402
 
@@ -234,8 +235,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, parse_variant, run_eval
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
-    if not args.verbose:
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request hides the bar
+    if not args.verbose:  # one line per request would hide the progress bar
+        for name in ("httpx", "httpx2"):  # openai's client logs through httpx2
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         # the base model is always the first variant: what trained adapters are compared with
         variants = dict(parse_variant(text) for text in [BASE_VARIANT, *(args.adapters or [])])
@@ -270,6 +272,159 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     print(f"\n{summary['episodes']} episodes; report in {args.out}/report.md{missing}")
     return 0
+
+
+def _train_args(args: argparse.Namespace):
+    from learner.magrpo import MAGRPOConfig
+    from learner.train import TrainArgs
+
+    return TrainArgs(
+        task=args.task,
+        steps=args.steps,
+        agents=args.agents,
+        turns=args.turns,
+        task_limit=args.task_limit,
+        magrpo=MAGRPOConfig(
+            group_size=args.group_size,
+            tasks_per_step=args.tasks_per_step,
+            learning_rate=args.lr,
+            max_new_tokens=args.max_tokens,
+            scale_advantages_by_std=args.std_scale,
+            clip_eps=args.clip_eps,
+            kl_coef=args.kl_coef,
+            seed=args.seed,
+        ),
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agents.models import provision_model
+    from learner.curves import plot_training_curve
+    from learner.promotion import decide, gate
+    from learner.registry import remove_unfinished_copies
+    from learner.train import train
+    from store import (
+        finish_training_run,
+        mark_interrupted_runs,
+        open_db,
+        start_training_run,
+        update_training_run,
+    )
+    from store.paths import coteam_home
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    train_args = _train_args(args)
+    remove_unfinished_copies()
+    with open_db(args.db) as db:
+        mark_interrupted_runs(db)
+        run_id = start_training_run(db, "cli", config=train_args.to_json())
+    curve = coteam_home() / "runs" / "curves" / f"run-{run_id}.png"
+    with contextlib.ExitStack() as stack:
+        client = _episode_policy(args, stack)
+        base = provision_model(args.model)
+        bar = tqdm(total=args.steps, unit="step", desc=f"training run {run_id}")
+        history = []
+
+        def on_step(metrics: dict) -> None:
+            history.append(metrics)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", step_s=metrics["step_s"])
+            tqdm.write(
+                f"step {metrics['step']}: mean joint reward {metrics['reward_mean']:.3f} "
+                f"(best {metrics['reward_max']:.3f}, {metrics['step_s']:.0f} s)"
+            )
+            plot_training_curve(history, curve, title=f"training run {run_id}")
+
+        outcome = train(train_args, client, base, args.db, run_id=run_id, on_step=on_step)
+        bar.close()
+        metrics = {"history": outcome["history"], "candidates": outcome["candidates"]}
+        candidates = outcome["candidates"]
+        if candidates and not args.no_gate:
+            print(f"promotion gate: candidates vs serving team on {args.gate_tasks} held-out tasks")
+            result = gate(
+                client, candidates, args.task, args.agents, args.db, limit=args.gate_tasks,
+                threshold=args.gate_threshold,
+            )  # fmt: skip
+            promoted = decide(client, candidates, result, args.db, force=args.force_promote)
+            print(
+                f"candidate {result.candidate_score:.3f} vs serving {result.active_score:.3f}: "
+                + ("promoted" if promoted else "rejected")
+            )
+            metrics |= {"gate": result.to_json(), "promoted": promoted}
+        with open_db(args.db) as db:
+            update_training_run(db, run_id, message="done")
+            finish_training_run(db, run_id, metrics=metrics)
+    versions = ", ".join(f"agent{a}-v{v}" for a, v in candidates.items()) or "none"
+    print(f"training run {run_id} done; candidates: {versions}; curve: {curve}")
+    return 0
+
+
+def cmd_adapters(args: argparse.Namespace) -> int:
+    from agents.policy import PolicyClient
+    from learner.registry import adapter_name, promote, rollback
+    from store import adapter_lineage, open_db
+
+    client = PolicyClient(args.vllm_url) if args.vllm_url else None
+    with open_db(args.db) as db:
+        if args.action == "list":
+            agents = sorted({r["agent"] for r in db["adapters"].rows})
+            if not agents:
+                print(
+                    "no adapters yet: every agent uses the base model (train with `coteam train`)"
+                )
+            for agent in agents:
+                for row in adapter_lineage(db, agent):
+                    parent = f"v{row['parent_version']}" if row.get("parent_version") else "base"
+                    reward = row["metrics"].get("train_reward")
+                    extra = f" train reward {reward:.3f}" if reward is not None else ""
+                    print(
+                        f"{adapter_name(agent, row['version']):12s} {row['state']:9s} "
+                        f"parent {parent:5s} {row['created_at']}{extra}  {row['path']}"
+                    )
+        elif args.action == "promote":
+            if args.agent is None or args.version is None:
+                raise ValueError("promote needs --agent and --version")
+            promote(db, client, args.agent, args.version)
+            print(f"{adapter_name(args.agent, args.version)} is active")
+        else:
+            if args.agent is None:
+                raise ValueError("rollback needs --agent")
+            row = rollback(db, client, args.agent)
+            now = adapter_name(args.agent, row["version"]) if row else "the base model"
+            print(f"agent {args.agent} rolled back: now serving {now}")
+    if client is None and args.action != "list":
+        print("(no --vllm-url: the running app loads the active version at its next episode)")
+    return 0
+
+
+def cmd_learner(args: argparse.Namespace) -> int:
+    import time
+
+    from agents.models import provision_model
+    from learner.worker import LearnerWorker, Schedule
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if not (args.every_ratings or args.every_minutes):
+        raise ValueError("give --every-ratings N and/or --every-minutes T")
+    with contextlib.ExitStack() as stack:
+        client = _episode_policy(args, stack)
+        worker = LearnerWorker(
+            client,
+            provision_model(args.model),
+            args.db,
+            _train_args(args),
+            Schedule(args.every_ratings, args.every_minutes),
+            gate_tasks=args.gate_tasks,
+            gate_threshold=args.gate_threshold,
+        )
+        worker.start_schedule(poll_s=args.poll)
+        print(f"learner waiting (every {args.every_ratings} ratings / {args.every_minutes} min)")
+        while True:
+            time.sleep(60)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -418,6 +573,64 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
     p.add_argument("--served-name", default="base", help="the server's name for the base model")
     p.set_defaults(func=cmd_eval)
+
+    def training_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--task", default="coding", choices=["coding", "summary", "expansion"])
+        p.add_argument("--steps", type=int, default=10, help="MAGRPO steps (default 10)")
+        p.add_argument(
+            "--group-size", type=int, default=4, help="G joint samples per task (default 4)"
+        )
+        p.add_argument("--tasks-per-step", type=int, default=2, help="tasks per step (default 2)")
+        p.add_argument(
+            "--agents", type=int, default=2, choices=range(2, 5), help="team size (default 2)"
+        )
+        p.add_argument("--turns", type=int, default=1, help="turns per episode (default 1)")
+        p.add_argument("--task-limit", type=int, help="cycle over the first N training tasks")
+        p.add_argument("--lr", type=float, default=1e-4, help="LoRA learning rate (default 1e-4)")
+        p.add_argument(
+            "--max-tokens", type=int, default=192, help="new tokens per agent (default 192)"
+        )
+        p.add_argument(
+            "--std-scale", action="store_true", help="divide advantages by the group std"
+        )
+        p.add_argument(
+            "--clip-eps", type=float, help="PPO-style ratio clip, e.g. 0.2 (default off)"
+        )
+        p.add_argument(
+            "--kl-coef", type=float, default=0.0, help="KL penalty to the base (default 0)"
+        )
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument(
+            "--gate-tasks", type=int, default=8, help="held-out tasks the gate scores on"
+        )
+        p.add_argument(
+            "--gate-threshold", type=float, default=0.0, help="how much worse a candidate may be"
+        )
+        p.add_argument("--model", default=default_model, help=MODEL_HELP)
+        p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
+        p.add_argument("--served-name", default="base", help="the server's name for the base model")
+        p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+
+    p = sub.add_parser("train", help="train the team with MAGRPO now (progress bar, reward curve)")
+    training_options(p)
+    p.add_argument("--no-gate", action="store_true", help="leave the new versions as candidates")
+    p.add_argument("--force-promote", action="store_true", help="promote even if the gate fails")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("learner", help="train in the background on a schedule (new ratings, time)")
+    training_options(p)
+    p.add_argument("--every-ratings", type=int, help="start a run after N new ratings")
+    p.add_argument("--every-minutes", type=float, help="start a run every T minutes")
+    p.add_argument("--poll", type=float, default=30.0, help="seconds between schedule checks")
+    p.set_defaults(func=cmd_learner)
+
+    p = sub.add_parser("adapters", help="list, promote or roll back the agents' adapter versions")
+    p.add_argument("action", choices=["list", "promote", "rollback"])
+    p.add_argument("--agent", type=int, help="agent index (0, 1, ...)")
+    p.add_argument("--version", type=int, help="version to promote")
+    p.add_argument("--vllm-url", help="also load the version into this running server")
+    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.set_defaults(func=cmd_adapters)
     return parser
 
 
@@ -429,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.func(args)
-    except (ModelError, ServerError, StoreError) as e:
+    except (ModelError, ServerError, StoreError, PolicyError, ValueError) as e:
         print(f"coteam {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
