@@ -13,8 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agents.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
-from agents.roles import SHAPES  # noqa: E402
 from agents.policy import PolicyError  # noqa: E402
+from agents.roles import SHAPES  # noqa: E402
 from agents.server import ServerError  # noqa: E402
 from store import StoreError  # noqa: E402
 
