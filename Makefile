@@ -12,7 +12,8 @@ setup:
 serve: setup
 	$(PY) -m app.cli serve $(ARGS)
 
-test: setup
+test:
+	bash scripts/setup.sh --browser
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest $(ARGS)
