@@ -34,7 +34,7 @@ class PartReport:
 
     agent: int
     defines: list[str] = field(default_factory=list)  # functions and classes kept from it
-    replaced: list[str] = field(default_factory=list)  # its functions another version replaced
+    replaced: list[str] = field(default_factory=list)  # its functions a teammate's version replaced
     dropped: list[str] = field(default_factory=list)  # statements removed, e.g. "line 9: assert"
     syntax_error: str | None = None  # why it did not parse, and how much of it was kept
 
@@ -164,7 +164,9 @@ def combine_code(
                 if chosen.get(node.name) == agent and last_of_name:
                     body.append(_segment(lines, node))
                     report.defines.append(node.name)
-                elif chosen.get(node.name) != agent and node.name not in report.replaced:
+                elif (
+                    chosen.get(node.name) not in (agent, None) and node.name not in report.replaced
+                ):
                     report.replaced.append(node.name)
             elif isinstance(node, ast.Assign | ast.AnnAssign) and not (
                 _calls(node) & (team_functions | given_names)

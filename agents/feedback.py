@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agents.combine import CombinedCode
@@ -94,10 +94,19 @@ class Assessment:
     details: dict  # for the record: test counts, syntax errors, notes
 
 
+CUT_OFF = "Your answer was cut off at the token limit: write less (no explanations or examples)."
+
+
 def assess_code(
-    combined: CombinedCode, roles: list[Role], task: Task, checker: CodeChecker = parse_check
+    combined: CombinedCode,
+    roles: list[Role],
+    task: Task,
+    checker: CodeChecker = parse_check,
+    cut_off: Sequence[bool] = (),
 ) -> Assessment:
-    """Feedback for each agent of a coding team from the joined module and the code check."""
+    """Feedback for each agent of a coding team from the joined module and the code check.
+
+    `cut_off[i]` says agent i's reply stopped at the token limit."""
     check = checker(combined.code, task) if combined.ok else CodeCheck(passed=False)
     team: list[str] = []
     if not combined.ok:
@@ -111,6 +120,8 @@ def assess_code(
     feedback = []
     for role, part in zip(roles, combined.parts, strict=True):
         notes = []
+        if part.agent < len(cut_off) and cut_off[part.agent]:
+            notes.append(CUT_OFF)
         if part.syntax_error:
             notes.append(f"Your code has a syntax error ({part.syntax_error}).")
         for name in role.owns:
@@ -156,11 +167,13 @@ def overlap(a: str, b: str) -> float:
     return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
 
 
-def assess_writing(sections: list[str], roles: list[Role]) -> Assessment:
-    """Feedback for each agent of a writing team: empty, too short or long, or repeating."""
+def assess_writing(
+    sections: list[str], roles: list[Role], cut_off: Sequence[bool] = ()
+) -> Assessment:
+    """Feedback for each agent of a writing team: empty, cut off, too short or long, repeating."""
     feedback, counts, overlaps = [], [], {}
     for i, (text, role) in enumerate(zip(sections, roles, strict=True)):
-        notes = []
+        notes = [CUT_OFF] if i < len(cut_off) and cut_off[i] else []
         words = len(text.split())
         counts.append(words)
         if words == 0:

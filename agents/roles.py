@@ -1,14 +1,18 @@
 """Every prompt the agents see, in one place: role instructions, team line-ups, and the frames
 around the task, teammates' work and feedback.
 
-A role's instructions are its system prompt. Placeholders in braces are filled per task:
+A role has two texts: its instructions (the system prompt) and its ask, one line that closes the
+user message and says again what to write now (a 0.5B model follows the last line it reads: with
+the ask, the helper author wrote `aux` in 10 of 12 HumanEval problems instead of 1 of 12).
+Placeholders in braces are filled per task:
 `{entry}` (the function to write), `{n}` (team size), `{helpers}` (the helper functions the
 team's helper authors write), `{document}` (what the team writes), `{sections}` (the team's
 sections in order, with "(you)" after this agent's), `{words}` (the section's target length).
 
-Change a prompt by passing `prompts={"helper": "...", ...}` to `team_roles`, or put the same
-mapping in a JSON file and load it with `load_prompts(path)` (the CLI's `--roles-file`). Names
-not given keep the defaults below.
+Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to `team_roles`
+(a role's name for its instructions, name + "/ask" for its ask), or put the same mapping in a
+JSON file and load it with `load_prompts(path)` (the CLI's `--roles-file`). Texts not given keep
+the defaults below.
 """
 
 from __future__ import annotations
@@ -134,6 +138,35 @@ PROMPTS: dict[str, str] = {
     ),
 }
 
+# The line that closes each role's user message: what to write, now.
+ASKS: dict[str, str] = {
+    "solo": "Now write the complete function `{entry}`.",
+    "helper": "Now write only the helper function `aux`, not `{entry}`.",
+    "helper2": "Now write only the helper function `aux2`, not `{entry}` or `aux`.",
+    "entry": "Now write only the function `{entry}`; call {helpers} in it.",
+    "tester": "Now write only the test function `test_{entry}()`.",
+    "coder": "Now write your part of the solution.",
+    "writer": "Now write the text ({words} words).",
+    "member": "Now write your part ({words} words).",
+    "summary": "Now write only the one-sentence summary ({words} words).",
+    "elaboration": (
+        "Now write only the paragraph of key facts and details ({words} words); do not begin "
+        "with a summary sentence."
+    ),
+    "background": (
+        "Now write only the background paragraph ({words} words): what led up to this and who "
+        "is involved."
+    ),
+    "outlook": "Now write only the outlook: what happens next and why it matters ({words} words).",
+    "approach": "Now write only the paragraph on the method and its results ({words} words).",
+    "method": "Now write only the method paragraph ({words} words).",
+    "results": "Now write only the results paragraph ({words} words).",
+    "conclusion": "Now write only the conclusion ({words} words).",
+    "introduction": "Now write only the introduction ({words} words).",
+    "body": "Now write only the main body ({words} words).",
+    "example": "Now write only the example ({words} words).",
+}
+
 # Who is on a team, in document order, by task form and team size.
 TEAMS: dict[str, dict[int, list[str]]] = {
     "coding": {
@@ -220,11 +253,11 @@ TASK_FRAMES = {
 PREVIOUS_ANSWER = "Your answer last turn:\n{text}"
 FEEDBACK = "Feedback on the team's result:\n{text}\n\nWrite your part again, improved."
 NO_FEEDBACK = "Nothing to fix in your part; the team's result is not done yet."
-TEAMMATES_BEFORE = "Your teammates before you wrote:\n\n{text}\n\nNow write your part."
+TEAMMATES_BEFORE = "Your teammates before you wrote:\n\n{text}"
 OWN_DRAFT = "Your first draft:\n{text}"
 TEAMMATES_DRAFTS = (
     "Your teammates' first drafts:\n\n{text}\n\n"
-    "Revise your part so that the team's work fits together. Keep to your own role and write "
+    "Revise your part so that the team's work fits together: keep to your own role and write "
     "your whole part again."
 )
 TEAMMATE_PART = "[{title}]\n{text}"
@@ -232,7 +265,8 @@ TEAMMATE_PART = "[{title}]\n{text}"
 
 @dataclass(frozen=True)
 class Role:
-    """One agent's part in a team: its name (stored with the episode), label and system prompt.
+    """One agent's part in a team: its name (stored with the episode), its label, its system
+    prompt and the ask that closes its user message.
 
     Coding roles `own` the functions they write; writing roles have a target length in `words`.
     """
@@ -240,6 +274,7 @@ class Role:
     name: str
     title: str
     instructions: str
+    ask: str
     owns: tuple[str, ...] = ()
     words: tuple[int, int] | None = None
 
@@ -273,38 +308,35 @@ def team_roles(
 ) -> list[Role]:
     """The team's roles with their prompts filled in for `task`; `prompts` overrides defaults."""
     names = role_names(task, shape, size)
-    templates = {**PROMPTS, **(prompts or {})}
-    if task.kind == "coding":
-        helpers = [f for name in names for f in OWNS[name] if name.startswith("helper")]
-        values = {
-            "entry": task.entry_point,
-            "n": size,
-            "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
-        }
-        return [
-            Role(
-                name=name,
-                title=_code_title(name, task.entry_point),
-                instructions=fill(templates[name], **values),
-                owns=tuple(fill(o, entry=task.entry_point) for o in OWNS[name]),
-            )
-            for name in names
-        ]
+    prompts = prompts or {}
     roles = []
     for i, name in enumerate(names):
-        low, high = WORDS[name]
-        sections = ", ".join(
-            f"{k + 1}. {TITLES[other]}" + (" (you)" if k == i else "")
-            for k, other in enumerate(names)
+        instructions = prompts.get(name, PROMPTS[name])
+        ask = prompts.get(f"{name}/ask", ASKS[name])
+        if task.kind == "coding":
+            helpers = [f for other in names if other.startswith("helper") for f in OWNS[other]]
+            values = {
+                "entry": task.entry_point,
+                "n": size,
+                "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
+            }
+            owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
+            title, words = _code_title(name, task.entry_point), None
+        else:
+            words = WORDS[name]
+            values = {
+                "n": size,
+                "document": DOCUMENTS[task.form],
+                "sections": ", ".join(
+                    f"{k + 1}. {TITLES[other]}" + (" (you)" if k == i else "")
+                    for k, other in enumerate(names)
+                ),
+                "words": f"{words[0]}-{words[1]}",
+            }
+            owns, title = (), TITLES[name]
+        roles.append(
+            Role(name, title, fill(instructions, **values), fill(ask, **values), owns, words)
         )
-        text = fill(
-            templates[name],
-            n=size,
-            document=DOCUMENTS[task.form],
-            sections=sections,
-            words=f"{low}-{high}",
-        )
-        roles.append(Role(name=name, title=TITLES[name], instructions=text, words=(low, high)))
     return roles
 
 
@@ -320,13 +352,14 @@ def _code_title(name: str, entry: str) -> str:
 
 
 def load_prompts(path: str | Path) -> dict[str, str]:
-    """Read role prompt overrides from a JSON file: {"role name": "instructions", ...}."""
+    """Read role prompt overrides from a JSON file: {"helper": "...", "helper/ask": "...", ...}."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in data.items()
     ):
         raise ValueError(f"{path}: expected a JSON object of role name -> prompt text")
-    unknown = sorted(set(data) - set(PROMPTS))
+    known = set(PROMPTS) | {f"{name}/ask" for name in ASKS}
+    unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"{path}: unknown roles {unknown}; known: {sorted(PROMPTS)}")
+        raise ValueError(f"{path}: unknown roles {unknown}; known: {sorted(known)}")
     return data

@@ -170,6 +170,7 @@ def observe(team: Team, state: TeamState, agent: int, round: int = 0) -> list[di
         parts.append(fill(OWN_DRAFT, text=outputs[agent]))
         drafts = [_teammate(team, j, outputs[j]) for j in range(team.size) if j != agent]
         parts.append(fill(TEAMMATES_DRAFTS, text="\n\n".join(drafts)))
+    parts.append(role.ask)
     return [
         {"role": "system", "content": role.instructions},
         {"role": "user", "content": "\n\n".join(parts)},
@@ -238,11 +239,13 @@ def combine(team: Team, state: TeamState) -> dict:
 
 def environment(team: Team, state: TeamState) -> dict:
     """Judge the turn's result, give each agent its feedback, and decide whether to go on."""
+    latest = {step["agent"]: step for step in state["steps"] if step["turn"] == state["turn"]}
+    cut_off = [latest[i]["finish_reason"] == "length" for i in range(team.size)]
     if team.task.kind == "coding":
-        verdict = assess_code(state["combined"], team.roles, team.task, team.checker)
+        verdict = assess_code(state["combined"], team.roles, team.task, team.checker, cut_off)
     else:
         texts = [state["outputs"][i] for i in range(team.size)]
-        verdict = assess_writing(texts, team.roles)
+        verdict = assess_writing(texts, team.roles, cut_off)
     done = verdict.success or state["turn"] + 1 >= team.turns
     record = {
         "turn": state["turn"],

@@ -179,8 +179,8 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.team import GREEDY, Sampling, run_episode
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
-    if not args.verbose:
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the text
+    if not args.verbose:  # a log line per HTTP request would drown the streamed text
+        logging.getLogger().setLevel(logging.WARNING)
     try:
         prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
         tests = Path(args.tests_file).read_text() if args.tests_file else None

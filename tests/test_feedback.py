@@ -50,6 +50,18 @@ def test_each_agent_hears_about_its_own_part():
     assert verdict.success  # parse-level: the module parses and defines the entry function
 
 
+def test_a_reply_cut_off_at_the_token_limit_is_reported():
+    combined = combine_code(
+        ["def aux(x):\n    return x\n", ENTRY_USES_AUX], [r.owns for r in ROLES]
+    )
+    verdict = assess_code(combined, ROLES, TASK, parse_check, cut_off=[False, True])
+    assert "cut off at the token limit" in verdict.feedback[1]
+    assert "cut off" not in verdict.feedback[0]
+    roles = team_roles(writing_prompt_task("Write about tea."), "parallel", 2)
+    written = assess_writing(["word " * 30, "word " * 70], roles, cut_off=[True, False])
+    assert "cut off" in written.feedback[0] and not written.success
+
+
 def test_a_function_written_for_a_teammate_is_reported():
     helper = "def aux(x):\n    return x\n\ndef has_close_elements(n, t):\n    return False\n"
     verdict = assess(helper, ENTRY_USES_AUX)

@@ -207,13 +207,18 @@ def test_adapters_by_agent_and_the_base_model(tmp_path):
 
 
 def test_role_prompts_can_be_overridden(tmp_path):
-    _, policy, _ = run(CODING, "parallel", 2, tmp_path, prompts={"helper": "CUSTOM for {entry}"})
+    custom = {"helper": "CUSTOM for {entry}", "entry/ask": "Go, {entry} with {helpers}!"}
+    _, policy, _ = run(CODING, "parallel", 2, tmp_path, prompts=custom)
     systems = {agent_of(r): r.messages[0]["content"] for r in policy.requests}
+    users = {agent_of(r): r.messages[1]["content"] for r in policy.requests}
     assert systems[0] == "CUSTOM for has_close_elements"
     assert systems[1].startswith("You are the main-function author")
+    # the ask closes the user message, after the task
+    assert users[0].endswith("Now write only the helper function `aux`, not `has_close_elements`.")
+    assert users[1].endswith("Go, has_close_elements with `aux`!")
     path = tmp_path / "roles.json"
-    path.write_text(json.dumps({"entry": "E {entry}"}))
-    assert load_prompts(path) == {"entry": "E {entry}"}
+    path.write_text(json.dumps({"entry": "E {entry}", "summary/ask": "Go."}))
+    assert load_prompts(path) == {"entry": "E {entry}", "summary/ask": "Go."}
     path.write_text(json.dumps({"boss": "x"}))
     with pytest.raises(ValueError, match="unknown roles"):
         load_prompts(path)
