@@ -16,7 +16,7 @@ from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import GREEDY, run_episode
-from learner.registry import adapter_name, promote, serving_adapters
+from learner.registry import adapter_name, load_version, promote, serving_adapters
 from learner.rewards import episode_reward
 
 
@@ -82,11 +82,8 @@ def gate(
     with store.open_db(db_path) as db:
         active = serving_adapters(db, agents)
         rows = {agent: store.get_adapter(db, agent, v) for agent, v in candidates.items()}
-    loaded = set(client.list_adapters())
     for agent, row in rows.items():
-        name = adapter_name(agent, row["version"])
-        if name not in loaded:
-            client.load_adapter(name, row["path"])
+        load_version(client, adapter_name(agent, row["version"]), row["path"])
     candidate = [
         adapter_name(i, candidates[i]) if i in candidates else active[i] for i in range(agents)
     ]

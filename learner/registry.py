@@ -68,6 +68,25 @@ def remove_unfinished_copies() -> list[Path]:
     return removed
 
 
+class RegistryError(RuntimeError):
+    """The server's adapters disagree with the registry; the message says how."""
+
+
+def load_version(client: PolicyClient, name: str, path: str) -> None:
+    """Load a version under its name unless the server has it; a different folder already
+    loaded under that name (another database sharing the server) is an error, not a reload."""
+    served = {m["id"]: m.get("root") for m in client.models()}
+    if name not in served:
+        client.load_adapter(name, path)
+    elif served[name] and Path(served[name]).resolve() == Path(path).resolve():
+        client.loaded[name] = str(path)  # loaded by another process: remember it here too
+    else:
+        raise RegistryError(
+            f"the server already serves {name} from {served[name]}, not {path}: is another "
+            "CoTeam database using this server? Give each database its own server."
+        )
+
+
 def serving_adapters(db: Database, agents: int) -> list[str | None]:
     """The server name each agent's new requests go to (None: the base model)."""
     active = store.active_adapters(db)
@@ -78,11 +97,11 @@ def ensure_loaded(db: Database, client: PolicyClient, agents: int) -> list[str |
     """Load every active adapter the server lacks (after a restart or a promotion elsewhere);
     return the serving names. Cheap when all are loaded."""
     names = serving_adapters(db, agents)
-    loaded = set(client.list_adapters())
-    active = store.active_adapters(db)
-    for agent, name in enumerate(names):
-        if name and name not in loaded:
-            client.load_adapter(name, active[agent]["path"])
+    missing = [(a, n) for a, n in enumerate(names) if n and n not in client.loaded]
+    if missing:  # the common case, all loaded by this client, asks the server nothing
+        active = store.active_adapters(db)
+        for agent, name in missing:
+            load_version(client, name, active[agent]["path"])
     return names
 
 
@@ -91,9 +110,7 @@ def promote(db: Database, client: PolicyClient | None, agent: int, version: int)
     loaded for requests in flight and for rollback, older ones are unloaded."""
     row = store.get_adapter(db, agent, version)
     if client is not None:
-        name = adapter_name(agent, version)
-        if name not in client.list_adapters():
-            client.load_adapter(name, row["path"])
+        load_version(client, adapter_name(agent, version), row["path"])
     activated = store.activate_adapter(db, agent, version)
     if client is not None:
         _unload_old(db, client, agent)
@@ -104,9 +121,7 @@ def rollback(db: Database, client: PolicyClient | None, agent: int) -> dict | No
     """Reactivate the version the active one replaced (or the base model: None)."""
     row = store.rollback_adapter(db, agent)
     if client is not None and row is not None:
-        name = adapter_name(agent, row["version"])
-        if name not in client.list_adapters():
-            client.load_adapter(name, row["path"])
+        load_version(client, adapter_name(agent, row["version"]), row["path"])
     return row
 
 

@@ -31,6 +31,7 @@ from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import Sampling, run_group
+from learner.human import episode_sample, rated_groups
 from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages
 from learner.registry import adapter_name, publish_candidate, serving_adapters
 from learner.rewards import RewardWeights, SpeedBudget, episode_reward
@@ -120,6 +121,7 @@ def train(
         temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, logprobs=True
     )
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
+    human = _human_groups(args, base_model, db_path, run_id)
     history: list[dict] = []
     try:
         for step in range(1, args.steps + 1):
@@ -154,6 +156,11 @@ def train(
                 for agent in range(args.agents):
                     per_agent[agent][0].extend(agent_samples(results, agent))
                     per_agent[agent][1].append(advantages)
+            if step == 1:  # the people's groups join the first step's update
+                for samples_by_agent, advantages in human:
+                    for agent in range(args.agents):
+                        per_agent[agent][0].extend(samples_by_agent[agent])
+                        per_agent[agent][1].append(advantages)
             rollout_s = time.perf_counter() - t0
             losses = {}
             for agent, (samples, advantages) in per_agent.items():
@@ -167,6 +174,7 @@ def train(
                 "rollout_s": round(rollout_s, 1),
                 "step_s": round(time.perf_counter() - t0, 1),
                 "samples": len(rewards),
+                "human_groups": len(human) if step == 1 else 0,
                 **losses,
             }
             history.append(metrics)
@@ -193,6 +201,29 @@ def train(
             if name:
                 client.unload_adapter(name)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _human_groups(args: TrainArgs, base_model, db_path, run_id) -> list[tuple[list, torch.Tensor]]:
+    """Claim the rated episodes not yet trained on and turn them into groups of samples."""
+    if run_id is None or args.weights.human <= 0:
+        return []
+    from transformers import AutoTokenizer
+
+    kind = "coding" if args.task == "coding" else "writing"
+    with store.open_db(db_path) as db:
+        episodes = store.claim_training_data(db, run_id, rated_only=True, task_kind=kind)
+    groups = []
+    tokenizer = None
+    for members, rewards in rated_groups(episodes, args.agents, args.weights.human):
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(base_model)
+        samples = [[episode_sample(tokenizer, e, a) for e in members] for a in range(args.agents)]
+        if all(s is not None for per_agent in samples for s in per_agent):
+            advantages = group_advantages(
+                torch.tensor(rewards), args.magrpo.scale_advantages_by_std
+            )
+            groups.append((samples, advantages))
+    log.info("%d rated group(s) from %d rated episode(s)", len(groups), len(episodes))
+    return groups
 
 
 def _serve_step(client, policies, scratch: Path, step: int, names, start_names) -> list[str]:

@@ -34,7 +34,7 @@ def model_path():
 def vllm_server(model_path, tmp_path_factory):
     """One real vLLM server on the real model; after the session no process of it remains."""
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = VLLMServer(ServerConfig(model=str(model_path), agents=2), log_path=log_path)
+    server = VLLMServer(ServerConfig(model=str(model_path), agents=4), log_path=log_path)
     server.start()
     yield server
     pgid = server._proc.pid

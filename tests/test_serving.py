@@ -10,10 +10,10 @@ import time
 
 import psutil
 import pytest
-import torch
 
 from agents.policy import PolicyError, Request
 from tests.conftest import process_group_alive
+from tests.lora import train_lora
 
 pytestmark = pytest.mark.integration
 
@@ -51,62 +51,41 @@ def test_unknown_adapter_is_a_clear_error(policy):
 
 @pytest.fixture(scope="module")
 def peft_adapter(model_path, tmp_path_factory):
-    """A real LoRA adapter: one gradient step of PEFT on the base model, saved; plus PEFT's own
-    greedy continuation of PROMPT for comparison."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    model = get_peft_model(
-        model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
-    )
-    chat = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
-    batch = tokenizer(chat + "Purple! Purple is my favourite primary colour.", return_tensors="pt")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-2)
-    loss = model(**batch, labels=batch["input_ids"]).loss
-    loss.backward()
-    optimizer.step()
-    model.eval()
-    folder = tmp_path_factory.mktemp("adapters") / "agent1-v1"
-    model.save_pretrained(folder)
-    prompt_ids = tokenizer(chat, return_tensors="pt")
-    with torch.no_grad():
-        out = model.generate(**prompt_ids, max_new_tokens=12, do_sample=False)
-    text = tokenizer.decode(out[0, prompt_ids["input_ids"].shape[1] :], skip_special_tokens=True)
+    """A real LoRA adapter (one PEFT gradient step) and PEFT's own greedy answer with it."""
+    folder = tmp_path_factory.mktemp("adapters") / "test-lora-v1"
+    text = train_lora(model_path, folder, PROMPT, "Purple! Purple is my favourite primary colour.")
     return folder, text
 
 
 def test_lora_adapter_loads_at_run_time_and_matches_peft(policy, peft_adapter):
     folder, peft_text = peft_adapter
     base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
-    policy.load_adapter("agent1-v1", str(folder))
-    assert "agent1-v1" in policy.list_adapters()
-    [tuned] = policy.generate([Request(PROMPT, adapter="agent1-v1", max_tokens=12)])
-    assert tuned.adapter == "agent1-v1"
+    policy.load_adapter("test-lora-v1", str(folder))
+    assert "test-lora-v1" in policy.list_adapters()
+    [tuned] = policy.generate([Request(PROMPT, adapter="test-lora-v1", max_tokens=12)])
+    assert tuned.adapter == "test-lora-v1"
     assert tuned.text != base, "the adapter did not change the output"
     assert tuned.text.strip() == peft_text.strip(), "vLLM's LoRA output differs from PEFT's"
     # Base and adapter requests in one batch: each keeps its own output.
     mixed = policy.generate(
-        [Request(PROMPT, max_tokens=12), Request(PROMPT, adapter="agent1-v1", max_tokens=12)]
+        [Request(PROMPT, max_tokens=12), Request(PROMPT, adapter="test-lora-v1", max_tokens=12)]
     )
     assert [c.text for c in mixed] == [base, tuned.text]
 
 
 def test_adapter_unloads(policy, peft_adapter):
     folder, _ = peft_adapter
-    policy.load_adapter("agent1-v2", str(folder))
-    policy.unload_adapter("agent1-v2")
-    assert "agent1-v2" not in policy.list_adapters()
+    policy.load_adapter("test-lora-v2", str(folder))
+    policy.unload_adapter("test-lora-v2")
+    assert "test-lora-v2" not in policy.list_adapters()
     with pytest.raises(PolicyError, match="load_lora_adapter"):
-        policy.load_adapter("agent1-v3", "/nonexistent/adapter")
+        policy.load_adapter("test-lora-v3", "/nonexistent/adapter")
 
 
 def test_server_restarts_after_a_crash_and_restores_adapters(vllm_server, policy, peft_adapter):
     folder, _ = peft_adapter
-    if "agent1-v1" not in policy.loaded:
-        policy.load_adapter("agent1-v1", str(folder))
+    if "test-lora-v1" not in policy.loaded:
+        policy.load_adapter("test-lora-v1", str(folder))
     vllm_server.on_restart.append(policy.restore_adapters)
     guard = psutil.Process(vllm_server._proc.pid)
     [api_server] = [p for p in guard.children() if "api_server" in " ".join(p.cmdline())]
@@ -115,12 +94,12 @@ def test_server_restarts_after_a_crash_and_restores_adapters(vllm_server, policy
     while (
         vllm_server.restarts == 0
         or not vllm_server.healthy()
-        or "agent1-v1" not in policy.list_adapters()
+        or "test-lora-v1" not in policy.list_adapters()
     ):
         assert time.monotonic() < deadline, f"no restart:\n{vllm_server.log_tail()}"
         time.sleep(2)
     assert not guard.is_running()
-    assert policy.generate([Request(PROMPT, adapter="agent1-v1", max_tokens=4)])[0].text
+    assert policy.generate([Request(PROMPT, adapter="test-lora-v1", max_tokens=4)])[0].text
 
 
 ORPHAN_SCRIPT = textwrap.dedent(

@@ -1,0 +1,164 @@
+"""The learner against the real server: hot-swap under load, a learner killed mid-step, and a
+small real `coteam train` run through the CLI."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import store
+from agents.policy import PolicyError, Request
+from agents.team import Sampling, run_episode
+from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
+from learner.train import TrainArgs, training_tasks
+from tests.lora import train_lora
+
+pytestmark = pytest.mark.integration
+
+PROMPT = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
+
+
+@pytest.fixture(scope="module")
+def two_versions(model_path, tmp_path_factory):
+    """Two real adapters for agent 0 that answer differently."""
+    root = tmp_path_factory.mktemp("trained")
+    v1 = train_lora(model_path, root / "a", PROMPT, "Purple! Purple is my favourite colour.")
+    v2 = train_lora(model_path, root / "b", PROMPT, "Orange. Orange, orange, orange.", seed=1)
+    assert v1 != v2
+    return root / "a", root / "b"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
+    db_path = home / "coteam.db"
+    with store.open_db(db_path) as db:
+        for folder in two_versions:
+            publish_candidate(db, 3, folder)
+        promote(db, policy, 3, 1)
+    outcomes, stop = [], threading.Event()
+
+    def users():  # like the app: each new episode asks the registry which version serves
+        with store.open_db(db_path) as db:
+            while not stop.is_set():
+                name = ensure_loaded(db, policy, 4)[3]
+                try:
+                    [c] = policy.generate([Request(PROMPT, adapter=name, max_tokens=12)])
+                    outcomes.append((name, c.text))
+                except PolicyError as e:
+                    outcomes.append((name, e))
+
+    threads = [threading.Thread(target=users) for _ in range(3)]
+    for t in threads:
+        t.start()
+    while len(outcomes) < 6:
+        time.sleep(0.2)
+    with store.open_db(db_path) as db:
+        promote(db, policy, 3, 2)
+    swapped_at = len(outcomes)
+    deadline = time.monotonic() + 300
+    while sum(name == "agent3-v2" for name, _ in outcomes) < 6:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join()
+
+    failures = [o for o in outcomes if isinstance(o[1], Exception)]
+    assert not failures, failures
+    [v1_text] = {text for name, text in outcomes if name == "agent3-v1"}
+    [v2_text] = {text for name, text in outcomes if name == "agent3-v2"}
+    assert v1_text != v2_text
+    assert all(
+        name == "agent3-v2" for name, _ in outcomes[swapped_at + 3 :]
+    )  # after in-flight ones
+    assert {"agent3-v1", "agent3-v2"} <= set(policy.list_adapters())  # v1 kept for rollback
+
+    with store.open_db(db_path) as db:
+        assert rollback(db, policy, 3)["version"] == 1
+        assert ensure_loaded(db, policy, 4)[3] == "agent3-v1"
+    [c] = policy.generate([Request(PROMPT, adapter="agent3-v1", max_tokens=12)])
+    assert c.text == v1_text
+
+
+def run_train(server_url, db_path, home, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "train", "--vllm-url", server_url, "--db", str(db_path),
+         "--group-size", "2", "--tasks-per-step", "1", "--task-limit", "2", "--max-tokens", "48",
+         *extra],
+        env={**os.environ, "COTEAM_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+
+
+def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
+    vllm_server, policy, two_versions, home
+):
+    db_path = home / "coteam.db"
+    with store.open_db(db_path) as db:
+        publish_candidate(db, 2, two_versions[0])
+        promote(db, policy, 2, 1)
+    learner = run_train(
+        vllm_server.url, db_path, home, "--steps", "3", "--agents", "3", "--no-gate"
+    )
+    output = []
+    for line in learner.stdout:  # kill it during step 2, after step 1's adapters went live
+        output.append(line)
+        if line.startswith("step 1:"):
+            time.sleep(5)
+            learner.send_signal(signal.SIGKILL)
+            break
+    learner.wait()
+    assert learner.returncode == -signal.SIGKILL, "".join(output)
+
+    versions = sorted(p.name for p in (home / "adapters" / "agent2").iterdir())
+    assert versions == ["v1"], versions  # no partial or unfinished version
+    with store.open_db(db_path) as db:
+        assert {a: r["version"] for a, r in store.active_adapters(db).items()} == {2: 1}
+        [run] = store.list_training_runs(db)
+        assert run["state"] == "running"  # as the killed process left it ...
+        store.mark_interrupted_runs(db)  # ... until the next start marks it
+        assert store.get_training_run(db, run["id"])["state"] != "running"
+        assert ensure_loaded(db, policy, 3) == [None, None, "agent2-v1"]
+    [c] = policy.generate([Request(PROMPT, adapter="agent2-v1", max_tokens=8)])
+    assert c.text
+
+
+def test_coteam_train_learns_from_samples_and_ratings_and_publishes(vllm_server, policy, home):
+    """A tiny real run: rated episodes and sampled groups, steps with rewards, a curve,
+    candidates, and the gate's decision."""
+    db_path = home / "coteam.db"
+    task = training_tasks(TrainArgs(task_limit=2))[0]  # people rated two answers to one task
+    for score in (5, 1):
+        result = run_episode(task, policy, agents=2, sampling=Sampling(max_tokens=32), db=db_path)
+        with store.open_db(db_path) as db:
+            store.add_rating(db, result.episode_id, "score", value=score)
+    learner = run_train(vllm_server.url, db_path, home, "--steps", "2", "--gate-tasks", "1")
+    out, _ = learner.communicate(timeout=1800)
+    assert learner.returncode == 0, out
+    assert "step 1: mean joint reward" in out and "step 2: mean joint reward" in out
+    with store.open_db(db_path) as db:
+        [run] = store.list_training_runs(db)
+        assert run["state"] == "ok" and len(run["metrics"]["history"]) == 2
+        assert run["metrics"]["history"][0]["human_groups"] == 1
+        rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
+        rewarded = db.execute("SELECT count(DISTINCT episode_id) FROM rewards").fetchone()[0]
+    assert rewarded >= 2 * 2  # every sampled episode was scored (plus the gate's)
+    assert (home / "runs" / "curves" / f"run-{run['id']}.png").stat().st_size > 1000
+    for agent, lineage in rows.items():
+        [row] = lineage
+        assert row["state"] in ("active", "rejected") and "gate" in row["metrics"]
+        assert (home / "adapters" / f"agent{agent}" / "v1" / "adapter_config.json").is_file()
+        if row["state"] == "active":
+            assert adapter_name(agent, 1) in policy.list_adapters()
+    assert run["metrics"]["promoted"] == (rows[0][0]["state"] == "active")
