@@ -35,7 +35,7 @@ from learner.human import episode_sample, rated_groups
 from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages
 from learner.registry import adapter_name, publish_candidate, serving_adapters
 from learner.rewards import RewardWeights, SpeedBudget, episode_reward
-from store.paths import coteam_home
+from store.paths import coteam_home, default_db_path
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def train(
     tasks = training_tasks(args)
     random.shuffle(tasks)
     task_stream = itertools.cycle(tasks)
-    db_path = db_path or store.default_db_path()
+    db_path = db_path or default_db_path()
     scratch = coteam_home() / "runs" / f"run-{run_id or int(time.time())}"
     with store.open_db(db_path) as db:
         start_names = serving_adapters(db, args.agents)
