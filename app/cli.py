@@ -306,6 +306,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from learner.registry import remove_unfinished_copies
     from learner.train import train
     from store import (
+        fail_training_run,
         finish_training_run,
         mark_interrupted_runs,
         open_db,
@@ -339,7 +340,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
             plot_training_curve(history, curve, title=f"training run {run_id}")
 
-        outcome = train(train_args, client, base, args.db, run_id=run_id, on_step=on_step)
+        try:
+            outcome = train(train_args, client, base, args.db, run_id=run_id, on_step=on_step)
+        except BaseException as e:  # the run ends failed, not 'running' (SIGKILL is the one gap)
+            with open_db(args.db) as db:
+                fail_training_run(db, run_id, f"{type(e).__name__}: {e}")
+            raise
         bar.close()
         metrics = {"history": outcome["history"], "candidates": outcome["candidates"]}
         candidates = outcome["candidates"]
