@@ -32,13 +32,20 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agents.models import provision_model
+    from agents.models import provision_model, resolve_model
     from agents.policy import PolicyClient
     from agents.server import ServerConfig, VLLMServer
-    from app.web import build_app
+    from app.context import AppContext, admin_password_from
+    from app.web import build_app, launch_app
+    from learner.train import TrainArgs
+    from learner.worker import LearnerWorker, Schedule
     from store import mark_interrupted_episodes, mark_interrupted_runs, open_db
 
-    with open_db() as db:  # a crash last time leaves rows 'running': mark them so, once
+    password = admin_password_from(args.admin_password_file)
+    if password is None:
+        print("no admin password configured (COTEAM_ADMIN_PASSWORD or --admin-password-file): "
+              "the admin tab stays locked")  # fmt: skip
+    with open_db(args.db) as db:  # a crash last time leaves rows 'running': mark them so, once
         mark_interrupted_episodes(db)
         mark_interrupted_runs(db)
     server = None
@@ -49,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             client = PolicyClient(args.vllm_url, base_model=args.served_name)
             if not client.healthy():
                 raise ServerError(f"no healthy vLLM server at {args.vllm_url} (GET /health failed)")
+            model = resolve_model(args.model)  # what the learner trains; the server's own model
         else:
             model = provision_model(args.model)
             config = ServerConfig(
@@ -63,11 +71,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
             server.wait_healthy(progress=print)
             client = PolicyClient(server.url, base_model=args.served_name)
             server.on_restart.append(client.restore_adapters)
-        demo = build_app(client)
-        print(f"CoTeam on http://{args.host}:{args.port}")
-        demo.queue(default_concurrency_limit=8).launch(
-            server_name=args.host, server_port=args.port, share=False, show_error=True
+        learner = LearnerWorker(
+            client,
+            model,
+            args.db,
+            TrainArgs(),
+            Schedule(args.every_ratings, args.every_minutes),
         )
+        if args.every_ratings or args.every_minutes:
+            learner.start_schedule()
+        context = AppContext(
+            client, db_path=args.db, learner=learner, admin_password=password,
+            max_agents=args.agents,
+        )  # fmt: skip
+        demo = build_app(context)
+        print(f"CoTeam on http://{args.host}:{args.port}")
+        launch_app(demo, args.host, args.port)
     finally:
         if server is not None:
             server.stop()
@@ -166,7 +185,9 @@ def _episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     stack.callback(server.stop)
     server.start(wait=False)
     server.wait_healthy(progress=lambda line: print(line, file=sys.stderr))
-    return PolicyClient(server.url, base_model=args.served_name)
+    client = PolicyClient(server.url, base_model=args.served_name)
+    server.on_restart.append(client.restore_adapters)  # a restarted server has no adapters
+    return client
 
 
 def cmd_episode(args: argparse.Namespace) -> int:
@@ -465,6 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=range(1, 5),
         help="most agents per team (sizes max_loras)",
     )
+    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.add_argument(
+        "--admin-password-file",
+        help="file whose first line is the admin tab's password (default: "
+        "$COTEAM_ADMIN_PASSWORD; with neither, the admin tab stays locked)",
+    )
+    p.add_argument("--every-ratings", type=int, help="train in the background after N new ratings")
+    p.add_argument("--every-minutes", type=float, help="train in the background every T minutes")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("doctor", help="check the environment; exits non-zero on any problem")

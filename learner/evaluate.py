@@ -44,10 +44,11 @@ import logging
 import math
 import os
 import re
+import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -433,13 +434,17 @@ def evaluate(
     out_dir: str | Path,
     db: str | Path | None = None,
     progress: bool = True,
-    max_failures: int = 5,
+    attempts: int = 3,
+    max_failures: int = 3,
+    server_wait_s: float = 900.0,
 ) -> list[dict]:
     """Run what DIR/episodes.jsonl lacks of tasks × variants × shapes × K samples, score and record
     each episode, append its line; return the records of the whole requested set.
 
-    Groups that fail (a server error) are logged and left out; starting again retries them.
-    After `max_failures` failures in a row the run stops with the error.
+    A group that fails (a server error) is tried again, up to `attempts` times, once the server
+    answers /health again (a managed server restarts itself after a crash; we wait up to
+    `server_wait_s`). A group that still fails is left out, and starting again retries it; after
+    `max_failures` such groups in a row the run stops with the error.
     """
     out_dir = Path(out_dir)
     _check_folder(config, out_dir)
@@ -453,31 +458,39 @@ def evaluate(
     total = len(tasks) * len(config.variants) * len(config.shapes) * config.samples
     load_variant_adapters(policy, config, db_path)
     bar = _progress_bar(total, total - len(units) * config.samples, progress)
-    failures = 0
+    tries: dict[int, int] = defaultdict(int)
+    given_up = 0
     pool = ThreadPoolExecutor(max_workers=config.concurrency)
     try:
         with open(journal, "a") as out:
-            futures = {pool.submit(_run_unit, u, config, policy, db_path): u for u in units}
-            for future in as_completed(futures):
-                unit = futures[future]
-                try:
-                    records = future.result()
-                except Exception as e:
-                    failures += 1
-                    where = f"{task_name(unit.task)} {unit.shape} [{unit.variant}]"
-                    log.error("%s failed (%d in a row): %s", where, failures, e)
-                    if failures >= max_failures:
-                        raise
-                    continue
-                failures = 0
-                for record in records:
-                    if record_key(record) not in done:
-                        out.write(json.dumps(record) + "\n")
-                        done.add(record_key(record))
-                out.flush()
-                os.fsync(out.fileno())  # what is in the journal is never run again
-                bar.update(len(records))
-                bar.set_postfix_str(f"{task_name(unit.task)} {unit.shape}", refresh=False)
+            running = {pool.submit(_run_unit, u, config, policy, db_path): u for u in units}
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    unit = running.pop(future)
+                    try:
+                        records = future.result()
+                    except Exception as e:
+                        tries[id(unit)] += 1
+                        where = f"{task_name(unit.task)} {unit.shape} [{unit.variant}]"
+                        log.error("%s failed (try %d): %s", where, tries[id(unit)], e)
+                        _wait_for_server(policy, server_wait_s)
+                        if tries[id(unit)] < attempts:
+                            running[pool.submit(_run_unit, unit, config, policy, db_path)] = unit
+                            continue
+                        given_up += 1
+                        if given_up >= max_failures:
+                            raise
+                        continue
+                    given_up = 0
+                    for record in records:
+                        if record_key(record) not in done:
+                            out.write(json.dumps(record) + "\n")
+                            done.add(record_key(record))
+                    out.flush()
+                    os.fsync(out.fileno())  # what is in the journal is never run again
+                    bar.update(len(records))
+                    bar.set_postfix_str(f"{task_name(unit.task)} {unit.shape}", refresh=False)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # on Ctrl-C: finish what runs, start nothing
         bar.close()
@@ -489,6 +502,17 @@ def evaluate(
         for g in range(config.samples)
     }
     return [r for r in read_records(journal) if record_key(r) in wanted]
+
+
+def _wait_for_server(policy: Any, timeout_s: float) -> None:
+    """After a failure: wait until the server answers /health again (a restart takes minutes)."""
+    if not hasattr(policy, "healthy"):
+        return
+    deadline = time.monotonic() + timeout_s
+    while not policy.healthy():
+        if time.monotonic() > deadline:
+            raise EvalError(f"the vLLM server did not answer /health for {timeout_s:.0f} s")
+        time.sleep(5)
 
 
 def _progress_bar(total: int, done: int, enabled: bool):

@@ -239,21 +239,17 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     db, out = tmp_path / "coteam.db", tmp_path / "eval"
     calls = []
 
-    def crash_on_third_episode(request):
+    def server_gone_after_three_calls(request):
         calls.append(request)
-        if len(calls) == 4:  # single (1 call), parallel (2), then the next task's first call
+        if len(calls) > 3:  # single (1 call), parallel (2), then nothing answers
             raise Interrupted
         return solving_reply(request)
 
+    policy = ScriptedPolicy(server_gone_after_three_calls)
     with pytest.raises(Interrupted):
-        evaluate(
-            config,
-            ScriptedPolicy(crash_on_third_episode),
-            out,
-            db=db,
-            progress=False,
-            max_failures=1,
-        )
+        evaluate(config, policy, out, db=db, progress=False, max_failures=1)
+    # the second task's groups (parallel: 2 calls, single: 1) were each tried 3 times
+    assert len(calls) == 3 + 3 * (2 + 1)
     first = read_records(out / "episodes.jsonl")
     assert [(r["task"], r["shape"]) for r in first] == [
         ("HumanEval/0", "single"),
@@ -276,7 +272,7 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     assert episode["reward"] == pytest.approx(rows[-1]["reward"])
     assert episode["rewards"]["tests"] == rows[-1]["tests"] == 1.0
     assert {"coordination", "speed", "speed_raw"} <= set(episode["rewards"])
-    assert failed == 1  # the interrupted episode, marked as such
+    assert failed == 6  # the interrupted episodes, marked as such
 
     again = ScriptedPolicy(solving_reply)
     assert evaluate(config, again, out, db=db, progress=False) == rows
@@ -408,3 +404,21 @@ def test_a_multi_turn_coding_run_feeds_back_the_test_results(tmp_path):
     assert row["turns"] == 2 and row["pass"]
     assert "Tests: 3 of 7 passed." in seen[1]  # sandbox_check ran the tests after turn 1
     assert "assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True -> " in seen[1]
+
+
+def test_a_failed_group_is_tried_again(tmp_path):
+    calls = []
+
+    def fails_once(request):
+        calls.append(request)
+        if len(calls) == 2:
+            raise Interrupted
+        return solving_reply(request)
+
+    config = EvalConfig(task="coding", limit=2, shapes=("single",))
+    rows = evaluate(
+        config, ScriptedPolicy(fails_once), tmp_path, db=tmp_path / "db", progress=False
+    )
+    assert [r["task"] for r in rows] == ["HumanEval/0", "HumanEval/1"] and len(calls) == 3
+    with store.open_db(tmp_path / "db") as database:
+        assert store.count_episodes(database, status="failed") == 1
