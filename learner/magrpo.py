@@ -49,6 +49,7 @@ class MAGRPOConfig:
     kl_coef: float = 0.0  # > 0: KL penalty to the base model
     gamma: float = 0.9  # discount of multi-turn returns
     max_grad_norm: float = 1.0
+    micro_batch: int = 2  # samples per forward/backward pass; bounds the learner's memory
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -125,7 +126,10 @@ class AgentPolicies:
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(self.config.seed)
-        base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=torch.float32)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        # fp32 on CPU (bf16 matmuls are slow there); bf16 on a GPU
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=dtype).to(self.device)
         lora = LoraConfig(
             r=self.config.lora_rank,
             lora_alpha=self.config.lora_alpha,
@@ -164,51 +168,75 @@ class AgentPolicies:
     def completion_logprobs(
         self, agent: int, samples: list[Sample], reference: bool = False
     ) -> list[torch.Tensor]:
-        """log π_agent(a_t | o, a_<t) of each sample's completion tokens, one padded batch."""
+        """log π_agent(a_t | o, a_<t) of each sample's completion tokens, one left-padded batch.
+
+        Left padding lines the completions up at the right, so the model computes logits only for
+        the last positions (`logits_to_keep`): the full vocabulary at every prompt position would
+        take gigabytes.
+        """
         self.model.set_adapter(self.adapter_name(agent))
         for p in self.parameters(agent):  # set_adapter leaves only the active adapter trainable
             p.requires_grad_(True)
         sequences = [s.prompt_ids + s.completion_ids for s in samples]
         width = max(len(seq) for seq in sequences)
+        longest = max(len(s.completion_ids) for s in samples)
         input_ids = torch.zeros(len(samples), width, dtype=torch.long)
         attention = torch.zeros(len(samples), width, dtype=torch.long)
         for row, seq in enumerate(sequences):
-            input_ids[row, : len(seq)] = torch.tensor(seq)
-            attention[row, : len(seq)] = 1
+            input_ids[row, width - len(seq) :] = torch.tensor(seq)
+            attention[row, width - len(seq) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # as if each row had no padding
+        inputs = {
+            "input_ids": input_ids.to(self.device),
+            "attention_mask": attention.to(self.device),
+            "position_ids": positions.to(self.device),
+            "logits_to_keep": longest + 1,
+        }
         if reference:
             with torch.no_grad(), self.model.disable_adapter():
-                logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+                logits = self.model(**inputs).logits
         else:
-            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+            logits = self.model(**inputs).logits
+        logits = logits[:, :-1]  # the logits at position t predict token t + 1
         result = []
         for row, s in enumerate(samples):
-            start, end = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
-            # the logits at position t predict token t + 1
-            step_logits = logits[row, start - 1 : end - 1].float()
-            targets = torch.tensor(s.completion_ids)
+            n = len(s.completion_ids)
+            step_logits = logits[row, longest - n :].float()
+            targets = torch.tensor(s.completion_ids, device=self.device)
             result.append(
-                torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+                torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu()
             )
         return result
 
     def update(
         self, agent: int, samples: list[Sample], advantages: torch.Tensor
     ) -> dict[str, float]:
-        """One policy-gradient step on `agent`'s LoRA from its G samples and the joint advantages."""
+        """One policy-gradient step on `agent`'s LoRA from its G samples and the joint advantages.
+
+        The loss is computed in micro-batches (gradients accumulate), so memory stays bounded
+        however many samples a step has; the step is the same as on one big batch.
+        """
         c = self.config
         self.model.train()
-        logprobs = self.completion_logprobs(agent, samples)
-        old = None
-        if c.clip_eps is not None and all(s.sampling_logprobs for s in samples):
-            old = [torch.tensor(s.sampling_logprobs[: len(s.completion_ids)]) for s in samples]
-        ref = self.completion_logprobs(agent, samples, reference=True) if c.kl_coef else None
-        loss = policy_loss(logprobs, advantages, old, c.clip_eps, ref, c.kl_coef)
         optimizer = self.optimizers[agent]
         optimizer.zero_grad()
-        loss.backward()
+        total = 0.0
+        for start in range(0, len(samples), c.micro_batch):
+            chunk = samples[start : start + c.micro_batch]
+            chunk_adv = advantages[start : start + c.micro_batch]
+            logprobs = self.completion_logprobs(agent, chunk)
+            old = None
+            if c.clip_eps is not None and all(s.sampling_logprobs for s in chunk):
+                old = [torch.tensor(s.sampling_logprobs[: len(s.completion_ids)]) for s in chunk]
+            ref = self.completion_logprobs(agent, chunk, reference=True) if c.kl_coef else None
+            # policy_loss is a mean over its samples: weight each chunk by its share of the batch
+            loss = policy_loss(logprobs, chunk_adv, old, c.clip_eps, ref, c.kl_coef)
+            loss = loss * len(chunk) / len(samples)
+            loss.backward()
+            total += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(agent), c.max_grad_norm)
         optimizer.step()
-        return {"loss": loss.item(), "grad_norm": grad_norm.item()}
+        return {"loss": total, "grad_norm": grad_norm.item()}
 
     def save(self, agent: int, dest: Path, metadata: dict | None = None) -> Path:
         """Write agent's adapter to `dest` atomically (temp folder, then rename); never overwrite."""

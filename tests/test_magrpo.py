@@ -76,7 +76,8 @@ def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path
         [{"role": "user", "content": "Say a colour."}], add_generation_prompt=True, tokenize=False
     )
     prompt = tokenizer.encode(chat, add_special_tokens=False)
-    samples = [Sample(prompt, tokenizer.encode(word)) for word in ("Blue.", "Green.")]
+    words = ("Blue.", "Green, of course, like grass.")  # different lengths: padding is exercised
+    samples = [Sample(prompt, tokenizer.encode(word)) for word in words]
     advantages = group_advantages(torch.tensor([1.0, 0.0]))  # Blue is better
 
     def logprob_sums(agent):
@@ -84,6 +85,9 @@ def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path
             return [lp.sum().item() for lp in policies.completion_logprobs(agent, samples)]
 
     before0, before1 = logprob_sums(0), logprob_sums(1)
+    with torch.no_grad():  # left padding in a batch changes nothing
+        alone = [policies.completion_logprobs(0, [s])[0].sum().item() for s in samples]
+    assert alone == pytest.approx(before0, abs=1e-3)
     stats = policies.update(0, samples, advantages)
     after0, after1 = logprob_sums(0), logprob_sums(1)
     assert math.isfinite(stats["loss"]) and stats["grad_norm"] > 0
