@@ -50,6 +50,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ WRITING_SETS: dict[str, Callable[[], list[Task]]] = {
     "abstracts": abstract_tasks,
 }
 BASE_VARIANT = "base"
+HEALTH_POLL_S = 5.0  # how often a group waiting for a restarted server asks /health
 
 # metric -> (heading in the report, which task kind has it)
 METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -384,8 +386,11 @@ def plan(config: EvalConfig, tasks: Sequence[Task], done: set[tuple]) -> list[_U
     return units
 
 
-def _run_unit(unit: _Unit, config: EvalConfig, policy: Policy, db_path: str) -> list[dict]:
+def _run_unit(
+    unit: _Unit, config: EvalConfig, policy: Policy, db_path: str, server_wait_s: float
+) -> list[dict]:
     """Run one group, score and record each episode; return its records."""
+    _wait_for_server(policy, server_wait_s)  # after a crash: wait for the restart, don't fail
     size = config.team_size(unit.shape)
     given = config.variants[unit.variant]
     adapters = [given[i] if i < len(given) else None for i in range(size)]
@@ -441,9 +446,9 @@ def evaluate(
     """Run what DIR/episodes.jsonl lacks of tasks × variants × shapes × K samples, score and record
     each episode, append its line; return the records of the whole requested set.
 
-    A group that fails (a server error) is tried again, up to `attempts` times, once the server
-    answers /health again (a managed server restarts itself after a crash; we wait up to
-    `server_wait_s`). A group that still fails is left out, and starting again retries it; after
+    Each group starts only once the server answers /health (a managed server restarts itself
+    after a crash; a group waits up to `server_wait_s` for it). A group that fails is tried
+    again, up to `attempts` times. A group that still fails is left out, and starting again retries it; after
     `max_failures` such groups in a row the run stops with the error.
     """
     out_dir = Path(out_dir)
@@ -463,7 +468,14 @@ def evaluate(
     pool = ThreadPoolExecutor(max_workers=config.concurrency)
     try:
         with open(journal, "a") as out:
-            running = {pool.submit(_run_unit, u, config, policy, db_path): u for u in units}
+            run = partial(
+                _run_unit,
+                config=config,
+                policy=policy,
+                db_path=db_path,
+                server_wait_s=server_wait_s,
+            )
+            running = {pool.submit(run, u): u for u in units}
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -474,9 +486,8 @@ def evaluate(
                         tries[id(unit)] += 1
                         where = f"{task_name(unit.task)} {unit.shape} [{unit.variant}]"
                         log.error("%s failed (try %d): %s", where, tries[id(unit)], e)
-                        _wait_for_server(policy, server_wait_s)
                         if tries[id(unit)] < attempts:
-                            running[pool.submit(_run_unit, unit, config, policy, db_path)] = unit
+                            running[pool.submit(run, unit)] = unit
                             continue
                         given_up += 1
                         if given_up >= max_failures:
@@ -512,7 +523,7 @@ def _wait_for_server(policy: Any, timeout_s: float) -> None:
     while not policy.healthy():
         if time.monotonic() > deadline:
             raise EvalError(f"the vLLM server did not answer /health for {timeout_s:.0f} s")
-        time.sleep(5)
+        time.sleep(HEALTH_POLL_S)
 
 
 def _progress_bar(total: int, done: int, enabled: bool):

@@ -422,3 +422,39 @@ def test_a_failed_group_is_tried_again(tmp_path):
     assert [r["task"] for r in rows] == ["HumanEval/0", "HumanEval/1"] and len(calls) == 3
     with store.open_db(tmp_path / "db") as database:
         assert store.count_episodes(database, status="failed") == 1
+
+
+class RestartingPolicy(ScriptedPolicy):
+    """A server that is down (no /health) for its first `down` health checks."""
+
+    def __init__(self, respond, down):
+        super().__init__(respond)
+        self.health_checks = 0
+        self.down = down
+
+    def healthy(self):
+        self.health_checks += 1
+        return self.health_checks > self.down
+
+
+def test_groups_wait_for_a_restarting_server(tmp_path, monkeypatch):
+    monkeypatch.setattr("learner.evaluate.HEALTH_POLL_S", 0.01)
+    config = EvalConfig(task="coding", limit=1, shapes=("single",))
+    policy = RestartingPolicy(solving_reply, down=3)
+    [row] = evaluate(config, policy, tmp_path, db=tmp_path / "db", progress=False)
+    assert row["pass"] and policy.health_checks == 4
+    with store.open_db(tmp_path / "db") as database:
+        assert store.count_episodes(database, status="failed") == 0  # it waited, nothing failed
+
+    never = RestartingPolicy(solving_reply, down=10**9)
+    with pytest.raises(EvalError, match="did not answer"):
+        evaluate(
+            EvalConfig(task="coding", limit=2, shapes=("single",)),
+            never,
+            tmp_path / "down",
+            db=tmp_path / "db",
+            progress=False,
+            server_wait_s=0.05,
+            max_failures=1,
+        )
+    assert never.requests == []
