@@ -1,55 +1,72 @@
-"""The Gradio app. For now one tab that streams the team's model; the co-write, co-code, rating,
-history and admin tabs build on it."""
+"""The Gradio app: co-write, co-code, history and admin tabs over one policy client and one store.
+
+`build_app(ctx)` lays the tabs out (each tab is a class in its own module with one method per
+event); `launch_app` starts it with a queue, so people who arrive while the episode slots are
+busy wait in line and see their place, and are never turned away.
+
+    app/web.py      the page: header and tabs, launch
+    app/cowork.py   co-write and co-code (one builder for both), A/B mode
+    app/live.py     an episode in a thread, streamed to the page as views
+    app/rating.py   thumbs, scores, comments, edits and A/B votes into the store
+    app/history.py  past episodes, filters, one episode in full
+    app/admin.py    learner, schedule, curves, adapters, evaluation, export (password)
+"""
 
 from __future__ import annotations
 
-import queue
-import threading
+from pathlib import Path
 
 import gradio as gr
 
-from agents.policy import PolicyClient, PolicyError, Request
+from app.admin import AdminTab
+from app.context import AppContext
+from app.cowork import CoworkTab
+from app.history import HistoryTab
 
-MAX_PROMPT_CHARS = 8000
-
-
-def stream_answer(client: PolicyClient, prompt: str, max_tokens: int = 256):
-    """Yield the growing answer to `prompt` as tokens arrive from the server."""
-    if not prompt.strip():
-        raise gr.Error("The prompt is empty.")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise gr.Error(f"The prompt is {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}.")
-    pieces: queue.Queue = queue.Queue()
-    done = object()
-    errors: list[Exception] = []
-
-    def run() -> None:
-        try:
-            request = Request([{"role": "user", "content": prompt}], max_tokens=max_tokens)
-            client.generate([request], on_token=lambda _, text: pieces.put(text))
-        except PolicyError as e:
-            errors.append(e)
-        finally:
-            pieces.put(done)
-
-    threading.Thread(target=run, daemon=True).start()
-    answer = ""
-    while (piece := pieces.get()) is not done:
-        answer += piece
-        yield answer
-    if errors:
-        raise gr.Error(f"The model server failed: {errors[0]}")
+CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "app.css"
+OTHER_SLOTS = 8  # ratings, history pages, admin reads: quick, a few at a time per worker
 
 
-def build_app(client: PolicyClient) -> gr.Blocks:
-    def ask(prompt: str):
-        yield from stream_answer(client, prompt)
-
-    with gr.Blocks(title="CoTeam") as demo:
-        gr.Markdown("# CoTeam\nA team of LLM agents that learns to work with you.")
-        with gr.Tab("Ask"):
-            prompt = gr.Textbox(label="Prompt", lines=4, elem_id="prompt")
-            ask_button = gr.Button("Ask", variant="primary", elem_id="ask")
-            answer = gr.Markdown(elem_id="answer")
-            ask_button.click(ask, prompt, answer, api_name="ask")
+def build_app(ctx: AppContext) -> gr.Blocks:
+    """The whole page for `ctx`'s server, database, learner and admin password."""
+    with gr.Blocks(title="CoTeam", analytics_enabled=False) as demo:
+        gr.Markdown(
+            "# CoTeam\nCo-write or co-code with a team of LLM agents; rate what they make and "
+            f"the team learns from it. Model server: `{ctx.client.base_url}`.",
+            elem_id="header",
+        )
+        cowrite, cocode = CoworkTab(ctx, "writing"), CoworkTab(ctx, "coding")
+        history, admin = HistoryTab(ctx), AdminTab(ctx)
+        with gr.Tabs():
+            with gr.Tab("Co-write", id="cowrite") as cowrite_tab:
+                cowrite.build()
+            with gr.Tab("Co-code", id="cocode") as cocode_tab:
+                cocode.build()
+            with gr.Tab("History", id="history") as history_tab:
+                history.build()
+            with gr.Tab("Admin", id="admin"):
+                admin.build()
+        for tab, cowork in ((cowrite_tab, cowrite), (cocode_tab, cocode)):
+            tab.select(cowork.refresh_adapters, None, [cowork.adapters, cowork.adapters_b])
+        history_tab.select(
+            history.refresh_page,
+            [*history.filters(), history.page],
+            [history.table, history.page_info, history.page, history.adapter],
+        )
+        demo.load(
+            history.refresh_page,
+            [*history.filters(), history.page],
+            [history.table, history.page_info, history.page, history.adapter],
+        )
     return demo
+
+
+def launch_app(demo: gr.Blocks, host: str, port: int) -> None:
+    """Serve the page until interrupted; events queue (no size limit) rather than fail."""
+    demo.queue(default_concurrency_limit=OTHER_SLOTS).launch(
+        server_name=host,
+        server_port=port,
+        share=False,
+        show_error=True,
+        css_paths=[CSS_PATH],
+    )

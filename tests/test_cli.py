@@ -61,25 +61,19 @@ def test_doctor_passes_with_the_real_server(vllm_server):
 
 
 @pytest.mark.integration
-def test_serve_answers_on_localhost_and_streams_the_model(vllm_server):
-    from gradio_client import Client
-
+def test_serve_answers_on_localhost_with_the_tabs(vllm_server, model_path, tmp_path):
     port = free_port()
     app = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--vllm-url",
-            vllm_server.url,
-            "--port",
-            str(port),
+            sys.executable, "-m", "app.cli", "serve", "--vllm-url", vllm_server.url,
+            "--model", str(model_path), "--port", str(port), "--db", str(tmp_path / "c.db"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
+        env={k: v for k, v in os.environ.items() if k != "COTEAM_ADMIN_PASSWORD"}
+        | {"COTEAM_HOME": str(tmp_path)},
+    )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -91,11 +85,11 @@ def test_serve_answers_on_localhost_and_streams_the_model(vllm_server):
                     break
             except httpx.HTTPError:
                 time.sleep(1)
-        answer = Client(url, verbose=False).predict(
-            "What is 2 + 2? Answer with the number only.", api_name="/ask"
-        )
-        assert "4" in answer
+        config = httpx.get(f"{url}/config", timeout=10).text
+        for tab in ("Co-write", "Co-code", "History", "Admin"):
+            assert tab in config
     finally:
         app.send_signal(signal.SIGTERM)
         app.wait(timeout=30)
+    assert "admin tab stays locked" in app.stdout.read()  # no password configured
     assert vllm_server.healthy(), "stopping the app must not stop a server it did not start"

@@ -1,0 +1,295 @@
+"""The history tab: past episodes, filtered by task, shape, rating and adapter version, a page at a
+time; opening one shows its task, what every agent saw and wrote at every turn, the result, its
+reward components and its ratings."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import textwrap
+
+import gradio as gr
+
+import store
+from agents.roles import SHAPES
+from app.context import AppContext
+
+PAGE_SIZE = 20
+COLUMNS = [
+    "episode",
+    "started",
+    "task",
+    "kind",
+    "shape",
+    "agents",
+    "adapter versions",
+    "status",
+    "turns",
+    "seconds",
+    "tokens",
+    "reward",
+    "ratings",
+    "score",
+]
+RATING_FILTERS = {
+    "any": {},
+    "rated": {"rated": True},
+    "not rated": {"rated": False},
+    "score ≥ 4": {"min_score": 4},
+    "score ≥ 3": {"min_score": 3},
+    "score ≥ 2": {"min_score": 2},
+}
+
+
+def episode_filters(
+    kind: str, shape: str, rated: str, adapter: str, status: str, task_id: float | None
+) -> dict:
+    """The form's filters as `store.list_episodes` keywords ("any" and empty mean no filter)."""
+    filters: dict = dict(RATING_FILTERS.get(rated, {}))
+    if kind not in ("any", "", None):
+        filters["task_kind"] = kind
+    if shape not in ("any", "", None):
+        filters["shape"] = shape
+    if status not in ("any", "", None):
+        filters["status"] = status
+    if task_id:
+        filters["task_id"] = int(task_id)
+    match = re.fullmatch(r"agent(\d+)-(?:v(\d+)|base)", adapter or "")
+    if match:
+        filters["adapter"] = (int(match.group(1)), int(match.group(2) or 0))
+    return filters
+
+
+def episode_rows(ctx: AppContext, filters: dict, page: int) -> tuple[list[list], int]:
+    """One page of the history table and the number of matching episodes."""
+    with store.open_db(ctx.db_path) as db:
+        total = store.count_episodes(db, **filters)
+        found = store.list_episodes(db, **filters, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
+    rows = []
+    for e in found:
+        rows.append(
+            [
+                e["id"],
+                e["started_at"][:16].replace("T", " "),
+                f"#{e['task_id']} " + textwrap.shorten(" ".join(e["prompt"].split()), 60),
+                e["task_kind"],
+                e["shape"],
+                e["team_size"],
+                ", ".join(f"v{v}" if v else "base" for v in e["adapter_versions"]),
+                e["status"],
+                e["turn_count"],
+                round(e["wall_time_s"], 1) if e["wall_time_s"] is not None else None,
+                e["completion_tokens"],
+                round(e["reward"], 3) if e["reward"] is not None else None,
+                e["rating_count"],
+                round(e["mean_score"], 1) if e["mean_score"] is not None else None,
+            ]
+        )
+    return rows, total
+
+
+def adapter_filter_choices(ctx: AppContext) -> list[str]:
+    """'any', then each registered agentK-vN and each agent's base model."""
+    registered = ctx.registered_adapters()
+    agents = sorted({r["agent"] for r in registered} | {0, 1})
+    return (
+        ["any"]
+        + [f"agent{r['agent']}-v{r['version']}" for r in registered]
+        + [f"agent{a}-base" for a in agents]
+    )
+
+
+def fenced(text: str, language: str = "") -> str:
+    """`text` as a Markdown code block whose fence no backtick run inside it can close."""
+    longest = max((len(m) for m in re.findall(r"`+", text or "")), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text or ''}\n{fence}"
+
+
+def episode_markdown(episode: dict) -> str:
+    """Everything about one episode, as Markdown (observations folded away)."""
+    task, kind = episode["task"], episode["task"]["kind"]
+    language = "python" if kind == "coding" else ""
+    rounds = 2 if episode["shape"] == "one_round_discussion" else 1
+    source = task["source"] + (f" {task['source_id']}" if task.get("source_id") else "")
+    lines = [
+        f"### Episode {episode['id']} · {kind} · {episode['shape']} · "
+        f"{episode['team_size']} agent(s) · {episode['status']}",
+        f"Started {episode['started_at'][:19].replace('T', ' ')} UTC · "
+        f"{episode['turn_count']} turn(s) · "
+        + (f"{episode['wall_time_s']:.1f} s · " if episode["wall_time_s"] is not None else "")
+        + f"{episode['prompt_tokens']} prompt + {episode['completion_tokens']} output tokens"
+        + (f" · reward {episode['reward']:.3f}" if episode["reward"] is not None else ""),
+        "Team: "
+        + ", ".join(
+            f"agent {i + 1} {role} ({'v' + str(v) if v else 'base model'})"
+            for i, (role, v) in enumerate(
+                zip(episode["roles"], episode["adapter_versions"], strict=False)
+            )
+        ),
+    ]
+    if episode.get("error"):
+        lines.append(f"**Error:** {episode['error'].splitlines()[0]}")
+    lines += [f"#### Task (task #{task['id']}, {source})", fenced(task["prompt"], language)]
+    for turn in episode["turns"]:
+        number, revision = turn["turn"] // rounds + 1, turn["turn"] % rounds
+        role = episode["roles"][turn["agent"]] if turn["agent"] < len(episode["roles"]) else "?"
+        lines.append(
+            f"#### Turn {number}{' (revision)' if revision else ''} · agent {turn['agent'] + 1} "
+            f"({role}) · {turn['completion_tokens']} tokens · {turn['latency_s']:.1f} s"
+        )
+        lines.append(
+            "<details><summary>What the agent saw (its observation)</summary>\n\n"
+            + observation_markdown(turn["observation"])
+            + "\n\n</details>\n"
+        )
+        lines.append(fenced(turn["completion"], language))
+    lines += ["#### Result", fenced(episode["final_output"] or "(none)", language)]
+    if episode["rewards"]:
+        table = [f"| {k} | {v:.3f} |" for k, v in sorted(episode["rewards"].items())]
+        lines += ["#### Reward components", "| component | value |\n|---|---|\n" + "\n".join(table)]
+    lines.append("#### Ratings")
+    if not episode["ratings"]:
+        lines.append("None yet.")
+    for r in episode["ratings"]:
+        lines.append("- " + rating_text(r, episode["id"]))
+    return "\n\n".join(lines)
+
+
+def observation_markdown(observation: str) -> str:
+    try:
+        messages = json.loads(observation)
+    except json.JSONDecodeError:
+        return fenced(observation)
+    return "\n\n".join(
+        f"**{m.get('role', '?')}**\n\n{fenced(m.get('content', ''))}" for m in messages
+    )
+
+
+def rating_text(r: dict, episode_id: int) -> str:
+    """One rating in words."""
+    who = f"agent {r['agent'] + 1}'s part" if r["agent"] is not None else "the result"
+    when = r["created_at"][:16].replace("T", " ")
+    if r["kind"] == "thumbs":
+        body = f"thumbs {'up' if r['value'] > 0 else 'down'} on {who}"
+    elif r["kind"] == "score":
+        body = f"score {r['value']:.0f}/5 for {who}"
+    elif r["kind"] == "comment":
+        body = f"comment on {who}: “{textwrap.shorten(r['text'], 300)}”"
+    elif r["kind"] == "edit":
+        body = f"edited {who} (preferred output):\n\n" + textwrap.indent(fenced(r["text"]), "  ")
+    else:
+        left = r["episode_id"] == episode_id
+        other = r["other_episode_id"] if left else r["episode_id"]
+        side = "left (A)" if left else "right (B)"
+        body = (
+            f"A/B vote against episode {other} (this was {side}): {r['choice'].replace('_', ' ')}"
+        )
+    return f"#{r['id']} {when} · {body}"
+
+
+class HistoryTab:
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    def build(self) -> None:
+        with gr.Row():
+            self.kind = gr.Dropdown(
+                ["any", "coding", "writing"], value="any", label="Task kind", elem_id="history-kind"
+            )
+            self.shape = gr.Dropdown(
+                ["any", *SHAPES], value="any", label="Shape", elem_id="history-shape"
+            )
+            self.rated = gr.Dropdown(
+                list(RATING_FILTERS), value="any", label="Rating", elem_id="history-rated"
+            )
+            self.adapter = gr.Dropdown(
+                ["any"], value="any", label="Adapter version", elem_id="history-adapter"
+            )
+            self.status = gr.Dropdown(
+                ["any", "ok", "failed", "running"],
+                value="any",
+                label="Status",
+                elem_id="history-status",
+            )
+            self.task_id = gr.Number(
+                0, label="Task # (0: any)", precision=0, minimum=0, elem_id="history-task"
+            )
+        self.page = gr.State(0)
+        self.table = gr.Dataframe(
+            headers=COLUMNS, interactive=False, wrap=True, elem_id="history-table"
+        )
+        with gr.Row():
+            self.previous = gr.Button("← newer", size="sm", elem_id="history-prev")
+            self.page_info = gr.Markdown(elem_id="history-page")
+            self.next = gr.Button("older →", size="sm", elem_id="history-next")
+            self.refresh = gr.Button("Refresh", size="sm", elem_id="history-refresh")
+        with gr.Row():
+            self.episode_number = gr.Number(
+                0,
+                label="Episode # (or click a row)",
+                precision=0,
+                minimum=0,
+                elem_id="history-episode",
+            )
+            self.open = gr.Button("Open", elem_id="history-open")
+        self.detail = gr.Markdown(elem_id="history-detail")
+        self.wire()
+
+    def filters(self) -> list:
+        return [self.kind, self.shape, self.rated, self.adapter, self.status, self.task_id]
+
+    def wire(self) -> None:
+        outputs = [self.table, self.page_info, self.page]
+        for control in self.filters():
+            control.change(self.first_page, self.filters(), outputs, show_progress="hidden")
+        self.refresh.click(
+            self.refresh_page, [*self.filters(), self.page], [*outputs, self.adapter]
+        )
+        self.previous.click(functools.partial(self.step, -1), [*self.filters(), self.page], outputs)
+        self.next.click(functools.partial(self.step, 1), [*self.filters(), self.page], outputs)
+        self.table.select(self.open_row, None, [self.episode_number, self.detail])
+        self.open.click(self.open_episode, self.episode_number, self.detail)
+
+    # -- events ----------------------------------------------------------------------------
+    def show_page(self, filters: dict, page: int):
+        rows, total = episode_rows(self.ctx, filters, page)
+        pages = max(1, -(-total // PAGE_SIZE))
+        info = f"page {page + 1} of {pages} · {total} episode{'s' * (total != 1)}"
+        return {"headers": COLUMNS, "data": rows}, info, page
+
+    def first_page(self, *filters):
+        return self.show_page(episode_filters(*filters), 0)
+
+    def refresh_page(self, *filters_and_page):
+        *filters, page = filters_and_page
+        choices = adapter_filter_choices(self.ctx)
+        adapter = filters[3] if filters[3] in choices else "any"
+        return (
+            *self.show_page(episode_filters(*filters), page),
+            gr.update(choices=choices, value=adapter),
+        )
+
+    def step(self, delta: int, *filters_and_page):
+        *filters, page = filters_and_page
+        found = episode_filters(*filters)
+        with store.open_db(self.ctx.db_path) as db:
+            last = max(0, (store.count_episodes(db, **found) - 1) // PAGE_SIZE)
+        return self.show_page(found, min(max(0, page + delta), last))
+
+    def open_row(self, event: gr.SelectData):
+        row = event.row_value if event.row_value else None
+        if not row or row[0] in (None, ""):
+            return gr.skip(), gr.skip()
+        return int(row[0]), self.open_episode(int(row[0]))
+
+    def open_episode(self, episode_id: float | None) -> str:
+        if not episode_id:
+            return "Type an episode number, or click a row of the table."
+        with store.open_db(self.ctx.db_path) as db:
+            try:
+                episode = store.get_episode(db, int(episode_id))
+            except store.NotFound:
+                return f"⚠ There is no episode {int(episode_id)}."
+        return episode_markdown(episode)

@@ -1,0 +1,252 @@
+"""Episodes as the page sees them: run in a thread, watched a few times a second.
+
+`run_live(runs, policy, db_path)` starts one thread per team (an A/B comparison is two), each
+running `agents.team.run_episode` with an `on_event` that puts the events on one queue; the
+generator drains the queue into a `LiveEpisode` per team and yields the list whenever something
+changed, at most every `interval` seconds. After the episode the same thread scores it (the joint
+reward, recorded in the store; for code, each test assert run in the sandbox), so the page stays
+responsive. The store records the episode as it runs: a page closed mid-episode loses nothing,
+the thread finishes and the episode is there in the history.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import store
+from agents.feedback import sandbox_check
+from agents.policy import PolicyError
+from agents.roles import Role, team_roles
+from agents.sandbox import TestReport, run_tests
+from agents.tasks import Task, TaskError
+from agents.team import EpisodeResult, Policy, Sampling, run_episode
+from learner.rewards import episode_reward
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TeamRun:
+    """One team on one task: what `run_episode` is called with."""
+
+    task: Task
+    shape: str = "parallel"
+    agents: int = 2
+    turns: int = 1
+    adapters: tuple[str | None, ...] = ()
+    sampling: Sampling = Sampling()
+    prompts: dict[str, str] | None = None
+
+    def roles(self) -> list[Role]:
+        """The team's roles (raises ValueError for a size the shape does not allow)."""
+        return team_roles(self.task, self.shape, self.agents, self.prompts)
+
+
+@dataclass
+class Pane:
+    """One agent's live view: what it is writing now and what it has cost so far."""
+
+    role: Role
+    adapter: str | None
+    text: str = ""
+    call: str = ""  # e.g. "turn 2" or "turn 1, revision"
+    writing: bool = False
+    done_tokens: int = 0  # completion tokens of its finished calls
+    live_tokens: int = 0  # streamed pieces of the call in progress
+    feedback: str = ""  # the environment's last note to it
+
+    @property
+    def tokens(self) -> int:
+        return self.done_tokens + self.live_tokens
+
+
+@dataclass
+class LiveEpisode:
+    """A team's episode as far as it has got. `finished` once the thread is done with it."""
+
+    run: TeamRun
+    panes: list[Pane]
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+    episode_id: int | None = None
+    turn: int = 0  # turns completed
+    output: str = ""  # the combined result of the latest turn
+    verdicts: list[dict] = field(default_factory=list)  # turn_end events
+    result: EpisodeResult | None = None
+    reward: float | None = None
+    tests: TestReport | None = None
+    error: str | None = None  # the episode failed: why
+    note: str | None = None  # the episode is fine but something after it was not (scoring)
+    finished: bool = False
+
+    @classmethod
+    def start(cls, run: TeamRun) -> LiveEpisode:
+        adapters = list(run.adapters) or [None] * run.agents
+        return cls(run, [Pane(role, a) for role, a in zip(run.roles(), adapters, strict=True)])
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.panes)
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def success(self) -> bool | None:
+        return self.verdicts[-1]["success"] if self.verdicts else None
+
+    def apply(self, event: dict) -> None:
+        """Fold one event from `run_episode` (or from the scoring after it) into the view."""
+        kind = event["event"]
+        pane = self.panes[event["agent"]] if "agent" in event else None
+        if kind == "episode_start":
+            self.episode_id = event["episode_id"]
+        elif kind == "agent_start":
+            pane.text, pane.live_tokens, pane.writing = "", 0, True
+            pane.call = f"turn {event['turn'] + 1}" + (", revision" if event["round"] else "")
+        elif kind == "token":
+            pane.text += event["text"]
+            pane.live_tokens += 1
+        elif kind == "agent_done":
+            pane.text, pane.writing = event["text"], False
+            pane.done_tokens += event["completion_tokens"]
+            pane.live_tokens = 0
+        elif kind == "turn_end":
+            self.verdicts.append(event)
+            self.output = event["output"]
+            self.turn = event["turn"] + 1
+            for pane, note in zip(self.panes, event["feedback"], strict=False):
+                pane.feedback = "" if event["done"] else note
+        elif kind == "episode_end":
+            self.result = event["result"]
+            self.output = self.result.output
+            self.ended = time.monotonic()
+        elif kind == "scored":
+            self.reward, self.tests, self.note = event["reward"], event["tests"], event["note"]
+        elif kind == "failed":
+            self.error = event["error"]
+            self.ended = self.ended or time.monotonic()
+        elif kind == "closed":
+            self.finished = True
+            self.ended = self.ended or time.monotonic()
+
+    def status(self) -> str:
+        """One line for the page: where the episode is, its time and tokens."""
+        who = f"episode {self.episode_id}" if self.episode_id else "starting"
+        team = f"{self.run.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        cost = f"{self.seconds:.1f} s · {self.tokens} tokens ({rate:.0f} tok/s)"
+        if self.error:
+            return f"✗ {who} failed after {cost}: {self.error}"
+        if self.result is None:
+            return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
+        verdict = "✓ done" if self.result.success else "⚠ not done"
+        turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
+        parts = [f"{verdict}: {who} ({team}) · {turns} · {cost}"]
+        if self.tests is not None:
+            parts.append(f"tests {self.tests.passed}/{self.tests.total} passed")
+        if self.reward is not None:
+            parts.append(f"reward {self.reward:.2f}")
+        elif not self.finished:
+            parts.append("scoring…")
+        if self.note:
+            parts.append(self.note)
+        return " · ".join(parts)
+
+
+def run_live(
+    runs: list[TeamRun],
+    policy: Policy,
+    db_path: str | Path | None = None,
+    interval: float = 0.25,
+) -> Iterator[list[LiveEpisode]]:
+    """Run each team's episode in its own thread (all at once, so the server batches them) and
+    yield their views as they change, at most every `interval` seconds, and once at the end."""
+    episodes = [LiveEpisode.start(run) for run in runs]  # bad settings raise here, in the caller
+    events: queue.Queue = queue.Queue()
+    for index, run in enumerate(runs):
+        threading.Thread(
+            target=_run_one,
+            args=(index, run, policy, db_path, events),
+            name=f"episode-{index}",
+            daemon=True,
+        ).start()
+    open_threads, last_yield, changed = len(runs), 0.0, True
+    while open_threads:
+        try:
+            index, event = events.get(timeout=interval)
+            episodes[index].apply(event)
+            open_threads -= event["event"] == "closed"
+            changed = True
+        except queue.Empty:
+            changed = changed or any(e.result is None for e in episodes)  # the clock moves
+        if changed and time.monotonic() - last_yield >= interval:
+            yield episodes
+            last_yield, changed = time.monotonic(), False
+    yield episodes
+
+
+def _run_one(
+    index: int, run: TeamRun, policy: Policy, db_path: str | Path | None, events: queue.Queue
+) -> None:
+    """The thread of one team: the episode, then its scoring; every outcome is an event."""
+
+    def put(event: dict) -> None:
+        events.put((index, event))
+
+    try:
+        result = run_episode(
+            run.task,
+            policy,
+            shape=run.shape,
+            agents=run.agents,
+            turns=run.turns,
+            adapters=list(run.adapters) or None,
+            sampling=run.sampling,
+            prompts=run.prompts,
+            checker=sandbox_check,  # runs a coding task's tests in the sandbox each turn
+            db=db_path,
+            on_event=put,
+        )
+        put({"event": "scored", **score(result, db_path)})
+    except Exception as e:  # the page shows it; the store has already marked the episode failed
+        log.exception("episode of team %d failed", index)
+        put({"event": "failed", "error": describe_error(e)})
+    finally:
+        put({"event": "closed"})
+
+
+def score(result: EpisodeResult, db_path: str | Path | None) -> dict:
+    """The episode's joint reward (recorded in the store) and, for code with tests, the result
+    of each test assert. A scoring failure is a note: the episode itself is saved and fine."""
+    task, tests, reward, note = result.task, None, None, None
+    try:
+        if task.kind == "coding" and task.tests:
+            tests = run_tests(result.output, task.tests, task.entry_point)
+        scored = episode_reward(result)
+        weights = {k: v for k, v in scored.items() if k.startswith(("w_", "budget_"))}
+        with store.open_db(db_path) as db:
+            store.record_rewards(
+                db, result.episode_id, scored["components"], scored["reward"], weights
+            )
+        reward = scored["reward"]
+    except Exception as e:
+        log.exception("scoring episode %d failed", result.episode_id)
+        note = f"reward not computed ({describe_error(e)})"
+    return {"reward": reward, "tests": tests, "note": note}
+
+
+def describe_error(error: Exception) -> str:
+    """A sentence a person can act on, for the errors an episode meets."""
+    if isinstance(error, PolicyError):
+        return f"the model server failed ({error}). Check that it is running and try again"
+    if isinstance(error, TaskError | ValueError | store.StoreError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"

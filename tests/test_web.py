@@ -1,0 +1,342 @@
+"""The web app's event functions without a browser or a server: a scripted policy stands in for
+vLLM, a real SQLite file in a temp folder is the store. (tests/test_browser.py drives the same
+page in Chromium against the real server.)"""
+
+import gradio as gr
+import pytest
+
+import store
+from agents.policy import PolicyError
+from agents.tasks import MAX_PROMPT_CHARS, TaskError
+from app import rating
+from app.admin import AdminTab, learner_status
+from app.context import AppContext, admin_password_from
+from app.cowork import AB, ONE_TEAM, CoworkTab, chosen_task, display_code, role_layout
+from app.history import HistoryTab, episode_filters, episode_markdown, fenced
+from app.live import TeamRun, run_live
+from app.web import build_app
+from tests.scripted import ScriptedPolicy
+
+HELPER = '```python\ndef aux(numbers):\n    """Sorted copy."""\n    return sorted(numbers)\n```'
+ENTRY = (
+    "```python\ndef has_close_elements(numbers, threshold):\n    s = aux(numbers)\n"
+    "    return any(b - a < threshold for a, b in zip(s, s[1:]))\n```"
+)
+
+
+def reply(request) -> str:
+    system = request.messages[0]["content"]
+    if "helper function `aux`" in system:
+        return HELPER
+    if "Python" in system:
+        return ENTRY
+    return " ".join(f"w{k}" for k in range(45)) + "."
+
+
+class FakeClient(ScriptedPolicy):
+    """The scripted policy with the bits of PolicyClient the app calls besides generate()."""
+
+    def __init__(self, respond=reply, up=True):
+        super().__init__(respond)
+        self.base_url, self.up, self.loaded = "http://fake", up, {}
+
+    def healthy(self):
+        return self.up
+
+    def list_adapters(self):
+        return list(self.loaded)
+
+    def models(self):
+        return [{"id": name, "root": path} for name, path in self.loaded.items()]
+
+    def load_adapter(self, name, path):
+        self.loaded[name] = path
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return AppContext(FakeClient(), db_path=tmp_path / "coteam.db", admin_password="s3cret")
+
+
+def built(ctx, tab):
+    with gr.Blocks():
+        tab.build()
+    return tab
+
+
+def form(tab: CoworkTab, **values) -> dict:
+    """The run button's inputs as Gradio passes them (component -> value), with defaults."""
+    defaults = {
+        "source": "humaneval", "problem": "0", "prompt": "", "tests": "", "mode": ONE_TEAM,
+        "shape": "parallel", "size": 2, "turns": 1, "max_tokens": 64, "temperature": 0.0,
+        "adapters": "serving", "shape_b": "single", "adapters_b": "base",
+    }  # fmt: skip
+    defaults.update(values)
+    data = {getattr(tab, name): value for name, value in defaults.items()}
+    data[tab.role_names] = role_layout(tab.kind, defaults["source"], defaults["shape"], 2)
+    data.update({box: "" for box in tab.role_texts})
+    return data
+
+
+def last(updates):
+    """The page after a generator's last update: each component's latest value."""
+    page = {}
+    for update in updates:
+        page.update(update)
+    return page
+
+
+# -- tasks from the form -----------------------------------------------------------------------
+
+
+def test_the_form_refuses_an_empty_or_oversized_prompt():
+    with pytest.raises(TaskError, match="empty"):
+        chosen_task("writing", "free", None, "   ", "")
+    with pytest.raises(TaskError, match="limit"):
+        chosen_task("writing", "free", None, "x" * (MAX_PROMPT_CHARS + 1), "")
+    with pytest.raises(TaskError, match="pick a problem"):
+        chosen_task("coding", "humaneval", None, "", "")
+    with pytest.raises(TaskError, match="not valid Python"):
+        chosen_task("coding", "user", None, "def f(:", "")
+
+
+def test_the_same_own_prompt_is_the_same_task():
+    one = chosen_task("coding", "user", None, "def f(x):\n    '''Double.'''\n", "assert f(2) == 4")
+    two = chosen_task("coding", "user", None, "def f(x):\n    '''Double.'''\n", "assert f(2) == 4")
+    other = chosen_task(
+        "coding", "user", None, "def f(x):\n    '''Double.'''\n", "assert f(1) == 2"
+    )
+    assert one.source_id == two.source_id != other.source_id
+    assert one.tests.strip() == "assert f(2) == 4" and one.entry_point == "f"
+    assert chosen_task("coding", "humaneval", "7", "", "").source_id == "HumanEval/7"
+
+
+def test_roles_follow_the_task_shape_and_size():
+    assert role_layout("coding", "humaneval", "parallel", 3) == ["helper", "helper2", "entry"]
+    assert role_layout("writing", "xsum", "parallel", 2) == ["summary", "elaboration"]
+    assert role_layout("writing", "free", "single", 3) == ["writer"]
+    assert role_layout("coding", "user", "naive_concat", 4) == ["coder"]
+    assert display_code("```python\ndef f():\n    pass\n```") == "def f():\n    pass"
+
+
+# -- live episodes ---------------------------------------------------------------------------
+
+
+def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
+    task = chosen_task("coding", "humaneval", "0", "", "")
+    views = []
+    for [episode] in run_live([TeamRun(task, agents=2)], ctx.client, ctx.db_path, interval=0):
+        views.append((episode.panes[0].text, episode.result is not None))
+    assert episode.finished and episode.error is None and episode.result.success
+    assert episode.tests.passed == episode.tests.total == 7
+    assert episode.reward is not None and episode.tokens > 0
+    assert any(text and not done for text, done in views), "tokens were shown before the end"
+    assert "✓ done" in episode.status() and "tests 7/7 passed" in episode.status()
+    with store.open_db(ctx.db_path) as db:
+        saved = store.get_episode(db, episode.episode_id)
+    assert saved["status"] == "ok" and saved["reward"] == pytest.approx(episode.reward)
+    assert saved["rewards"]["asserts_passed"] == 7
+
+
+def test_a_failing_server_is_shown_and_the_episode_is_kept_as_failed(ctx):
+    def broken(request):
+        raise PolicyError("connection refused")
+
+    task = chosen_task("coding", "humaneval", "0", "", "")
+    *_, [episode] = run_live([TeamRun(task)], FakeClient(broken), ctx.db_path)
+    assert episode.finished and "model server failed" in episode.error
+    assert episode.status().startswith("✗")
+    with store.open_db(ctx.db_path) as db:
+        assert store.get_episode(db, episode.episode_id)["status"] == "failed"
+
+
+# -- the co-work tabs ------------------------------------------------------------------------
+
+
+def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
+    tab = built(ctx, CoworkTab(ctx, "coding"))
+    page = last(tab.run(form(tab)))
+    episode_id = page[tab.episode_id]
+    assert isinstance(episode_id, int)
+    assert "def aux" in page[tab.panes[0]]["value"] and "```" not in page[tab.panes[0]]["value"]
+    assert "helper aux" in page[tab.panes[0]]["label"]
+    assert "def has_close_elements" in page[tab.result]
+    assert "Tests: 7 of 7 passed" in page[tab.tests_view]
+    assert page[tab.rating_panel]["visible"] is True
+    assert "episode" in page[tab.status] and "tokens" in page[tab.status]
+
+    # ratings: thumbs on an agent and on the result, a score with a comment, an edit
+    assert "Saved rating #1" in tab.thumbs(1, agent=1)(episode_id, None)
+    assert "Saved rating #2" in tab.thumbs(-1)(episode_id, None)
+    saved = tab.rate_score(episode_id, "4", "uses the helper well", None)
+    assert "#3" in saved and "#4" in saved
+    assert "same as the team's" in tab.rate_edit(episode_id, page[tab.result], None)
+    assert "Saved rating #5" in tab.rate_edit(episode_id, page[tab.result] + "\n# mine\n", None)
+    with store.open_db(ctx.db_path) as db:
+        ratings = store.get_episode(db, episode_id)["ratings"]
+    got = [(r["kind"], r["agent"], r["value"], r["text"]) for r in ratings]
+    assert got[:4] == [
+        ("thumbs", 1, 1.0, None),
+        ("thumbs", None, -1.0, None),
+        ("score", None, 4.0, None),
+        ("comment", None, None, "uses the helper well"),
+    ]
+    assert got[4][0] == "edit" and got[4][3].endswith("# mine\n")
+
+
+def test_a_rating_without_an_episode_is_refused_clearly(ctx):
+    assert "run one first" in rating.save_rating(ctx, None, "thumbs", "x", value=1)
+    assert "choose a score" in rating.save_score_and_comment(ctx, 3, None, "  ", None)
+    assert "no episode 99" in rating.save_rating(ctx, 99, "thumbs", "x", value=1)
+
+
+def test_form_and_server_problems_are_shown_and_nothing_runs(ctx):
+    tab = built(ctx, CoworkTab(ctx, "writing"))
+    [page] = tab.run(form(tab, source="free", prompt=""))
+    assert "empty" in page[tab.status]
+    [page] = tab.run(form(tab, source="free", prompt="y" * (MAX_PROMPT_CHARS + 5)))
+    assert "limit" in page[tab.status]
+    ctx.client.up = False
+    [page] = tab.run(form(tab, source="free", prompt="A haiku about tea"))
+    assert "not answering" in page[tab.status]
+    assert ctx.client.requests == []
+
+
+def test_co_write_with_an_edited_role_prompt(ctx):
+    tab = built(ctx, CoworkTab(ctx, "writing"))
+    data = form(tab, source="free", prompt="A note on tea", shape="parallel", size=2)
+    data[tab.role_texts[0]] = "Write the introduction. Be brief. {words}"
+    page = last(tab.run(data))
+    assert page[tab.episode_id] and page[tab.result].startswith("w0")
+    systems = [r.messages[0]["content"] for r in ctx.client.requests]
+    assert "Write the introduction. Be brief. 20-100" in systems
+
+
+def test_ab_mode_runs_two_teams_on_one_task_and_records_the_vote(ctx):
+    tab = built(ctx, CoworkTab(ctx, "coding"))
+    page = last(tab.run(form(tab, mode=AB, shape="parallel", shape_b="single")))
+    left, right = page[tab.ab_pair]
+    assert page[tab.vote_row]["visible"] is True and "Both teams are done" in page[tab.status]
+    assert "def has_close_elements" in page[tab.ab_views[1]]
+    assert "parallel" in page[tab.ab_status[0]] and "single" in page[tab.ab_status[1]]
+    assert "Saved rating #1" in tab.vote("both_bad")((left, right), None)
+    assert "run an A/B comparison first" in tab.vote("left")(None, None)
+    with store.open_db(ctx.db_path) as db:
+        [vote] = store.get_episode(db, left)["ratings"]
+    assert (vote["kind"], vote["choice"], vote["other_episode_id"]) == (
+        "pairwise",
+        "both_bad",
+        right,
+    )
+
+
+def test_a_promoted_adapter_serves_the_next_episode(ctx, tmp_path):
+    with store.open_db(ctx.db_path) as db:
+        for agent in (0, 1):
+            store.register_adapter(db, agent, str(tmp_path / f"a{agent}"))
+            store.activate_adapter(db, agent, 1)
+    tab = built(ctx, CoworkTab(ctx, "coding"))
+    page = last(tab.run(form(tab)))
+    assert {r.adapter for r in ctx.client.requests} == {"agent0-v1", "agent1-v1"}
+    assert "agent0-v1" in page[tab.panes[0]]["label"]
+    assert "version 1" in str(tab.refresh_adapters()[0])
+    with store.open_db(ctx.db_path) as db:
+        assert store.get_episode(db, page[tab.episode_id])["adapter_versions"] == [1, 1]
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def test_history_filters_and_the_full_episode(ctx):
+    tab = built(ctx, CoworkTab(ctx, "coding"))
+    episode_id = last(tab.run(form(tab)))[tab.episode_id]
+    tab.rate_score(episode_id, "5", "", None)
+    history = built(ctx, HistoryTab(ctx))
+    table, info, page = history.first_page("coding", "parallel", "score ≥ 4", "any", "ok", 0)
+    assert [row[0] for row in table["data"]] == [episode_id] and "1 episode" in info
+    table, *_ = history.first_page("writing", "any", "any", "any", "any", 0)
+    assert table["data"] == []
+    assert episode_filters("any", "any", "not rated", "agent1-v3", "any", 0) == {
+        "rated": False,
+        "adapter": (1, 3),
+    }
+    assert episode_filters("any", "any", "any", "agent0-base", "any", 5) == {
+        "adapter": (0, 0),
+        "task_id": 5,
+    }
+    text = history.open_episode(episode_id)
+    assert f"Episode {episode_id}" in text and "What the agent saw" in text
+    assert "helper-function author" in text  # agent 0's observation
+    assert "sorted(numbers)" in text and "score 5/5" in text
+    assert "no episode 999" in history.open_episode(999)
+    with store.open_db(ctx.db_path) as db:
+        assert episode_markdown(store.get_episode(db, episode_id)) == text
+
+
+def test_fences_are_never_closed_by_the_text_inside():
+    block = fenced("a\n```python\nx\n```\n", "python")
+    assert block.startswith("````python\n") and block.endswith("\n````")
+
+
+# -- admin -----------------------------------------------------------------------------------
+
+
+def test_admin_is_refused_without_a_configured_password(tmp_path):
+    ctx = AppContext(FakeClient(), db_path=tmp_path / "c.db", admin_password=None)
+    admin = built(ctx, AdminTab(ctx))
+    ok, message, panel, *_ = admin.log_in("anything")
+    assert ok is False and "no admin password is configured" in message
+    assert panel["visible"] is False
+
+
+def test_admin_needs_the_right_password_and_checks_it_on_every_action(ctx, monkeypatch):
+    monkeypatch.setattr("app.admin.WRONG_PASSWORD_DELAY_S", 0)
+    admin = built(ctx, AdminTab(ctx))
+    ok, message, panel, *_ = admin.log_in("")
+    assert ok is False and "type the admin password" in message and panel["visible"] is False
+    ok, message, panel, *_ = admin.log_in("wrong")
+    assert ok is False and "wrong password" in message and panel["visible"] is False
+    ok, message, panel, *_ = admin.log_in("s3cret")
+    assert ok is True and panel["visible"] is True
+    with pytest.raises(gr.Error, match="Unlock"):
+        admin.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
+    with pytest.raises(gr.Error, match="Unlock"):
+        admin.export_data(False, "jsonl")
+    assert "cannot train" in admin.retrain_now(True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
+    text, bar = learner_status(ctx)
+    assert "no training run yet" in text and "admin-progress-bar" in bar
+
+
+def test_admin_export_registry_and_eval_report(ctx, tmp_path):
+    tab = built(ctx, CoworkTab(ctx, "coding"))
+    last(tab.run(form(tab)))
+    admin = built(ctx, AdminTab(ctx))
+    message, files = admin.export_data(True, "jsonl")
+    assert "1 episode(s)" in message and all(f.endswith(".jsonl") for f in files)
+    assert "Choose a version" in admin.promote_version(True, None)[0]
+    assert "no active adapter to roll back" in admin.rollback_agent(True, 0)[0]
+    ctx.eval_dir = tmp_path / "eval"
+    started = admin.start_eval(True, "coding", "xsum", 2, 1, 64, ["parallel", "single"], True)
+    assert "Evaluation running" in started or "done" in started
+    admin.eval_job.thread.join(120)
+    assert "done: 4 episodes" in admin.eval_status()
+    report, plots = admin.open_report(True, admin.reports()["value"])
+    assert report.startswith("# Evaluation") and plots
+
+
+def test_admin_password_comes_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("COTEAM_ADMIN_PASSWORD", "from-env")
+    assert admin_password_from(None) == "from-env"
+    (tmp_path / "pw").write_text("from-file\n")
+    assert admin_password_from(tmp_path / "pw") == "from-file"
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="empty"):
+        admin_password_from(tmp_path / "empty")
+    monkeypatch.delenv("COTEAM_ADMIN_PASSWORD")
+    assert admin_password_from(None) is None
+
+
+def test_the_whole_page_builds_with_a_queue_for_episodes(ctx):
+    demo = build_app(ctx)
+    runs = [d for d in demo.fns.values() if d.concurrency_id == "episodes"]
+    assert len(runs) == 2 and all(d.concurrency_limit == 4 for d in runs)
