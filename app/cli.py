@@ -253,7 +253,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import shlex
 
     from agents.policy import PolicyError
-    from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, parse_variant, run_eval
+    from learner.evaluate import (
+        BASE_VARIANT,
+        EvalConfig,
+        EvalError,
+        parse_variant,
+        pending,
+        run_eval,
+    )
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
     if not args.verbose:  # one line per request would hide the progress bar
@@ -278,7 +285,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
         command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
         with contextlib.ExitStack() as stack:
-            policy = _episode_policy(args, stack)
+            # a finished run only rewrites its report: no server needed
+            policy = _episode_policy(args, stack) if pending(config, args.out) else None
             summary = run_eval(
                 config, policy, args.out, db=args.db, progress=not args.no_progress, command=command
             )

