@@ -20,6 +20,7 @@ import logging
 import random
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -110,7 +111,8 @@ def train(
     random.shuffle(tasks)
     task_stream = itertools.cycle(tasks)
     db_path = db_path or default_db_path()
-    scratch = coteam_home() / "runs" / f"run-{run_id or int(time.time())}"
+    # a unique name: a server shared with other databases may know "run-1" already
+    scratch = coteam_home() / "runs" / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
     with store.open_db(db_path) as db:
         start_names = serving_adapters(db, args.agents)
         active = store.active_adapters(db)

@@ -89,9 +89,9 @@ def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
     assert c.text == v1_text
 
 
-def run_train(server_url, db_path, home, *extra):
+def run_train(server_url, model_path, db_path, home, *extra):
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "train", "--vllm-url", server_url, "--db", str(db_path),
+        [sys.executable, "-m", "app.cli", "train", "--vllm-url", server_url, "--model", str(model_path), "--db", str(db_path),
          "--group-size", "2", "--tasks-per-step", "1", "--task-limit", "2", "--max-tokens", "48",
          *extra],
         env={**os.environ, "COTEAM_HOME": str(home)},
@@ -102,7 +102,7 @@ def run_train(server_url, db_path, home, *extra):
 
 
 def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
-    vllm_server, policy, two_versions, home
+    vllm_server, policy, model_path, two_versions, home
 ):
     db_path = home / "coteam.db"
     with store.open_db(db_path) as db:
@@ -134,7 +134,9 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
     assert c.text
 
 
-def test_coteam_train_learns_from_samples_and_ratings_and_publishes(vllm_server, policy, home):
+def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
+    vllm_server, policy, model_path, home
+):
     """A tiny real run: rated episodes and sampled groups, steps with rewards, a curve,
     candidates, and the gate's decision."""
     db_path = home / "coteam.db"
@@ -143,7 +145,9 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(vllm_server,
         result = run_episode(task, policy, agents=2, sampling=Sampling(max_tokens=32), db=db_path)
         with store.open_db(db_path) as db:
             store.add_rating(db, result.episode_id, "score", value=score)
-    learner = run_train(vllm_server.url, db_path, home, "--steps", "2", "--gate-tasks", "1")
+    learner = run_train(
+        vllm_server.url, model_path, db_path, home, "--steps", "2", "--gate-tasks", "1"
+    )
     out, _ = learner.communicate(timeout=1800)
     assert learner.returncode == 0, out
     assert "step 1: mean joint reward" in out and "step 2: mean joint reward" in out
