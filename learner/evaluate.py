@@ -971,7 +971,8 @@ def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
     written = []
     groups = summary["groups"]
     labels = [_label(g["shape"], g["variant"], summary) for g in groups]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {label: cycle[i % len(cycle)] for i, label in enumerate(labels)}  # same in every plot
     for metric in PLOT_METRICS:
         if metric not in summary["definitions"]:
             continue
@@ -981,7 +982,7 @@ def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
             (s["ci_high"] - s["ci_low"]) / 2 if s["ci_low"] is not None else 0.0 for s in stats_
         ]
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-        ax.bar(range(len(groups)), means, yerr=errors, capsize=4, color=colors[: len(groups)])
+        ax.bar(range(len(groups)), means, yerr=errors, capsize=4, color=[color[x] for x in labels])
         ax.set_xticks(range(len(groups)), labels, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(METRICS[metric][0])
         ax.set_title(f"{METRICS[metric][0]} by team shape (mean, 95% CI)", fontsize=10)
@@ -989,23 +990,26 @@ def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
         written.append(_save(fig, out_dir / f"{metric}.png"))
         plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-    for g, label in zip(groups, labels, strict=True):
-        ks = sorted(g["pass_at_k"], key=int)
-        ax.plot([int(k) for k in ks], [g["pass_at_k"][k]["mean"] for k in ks], "o-", label=label)
-    ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
-    ax.set_title("pass@k (unbiased estimator)", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / "pass_at_k.png"))
-    plt.close(fig)
+    if any(len(g["pass_at_k"]) > 1 for g in groups):  # with one sample per task: pass.png
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        for g, label in zip(groups, labels, strict=True):
+            ks = sorted(g["pass_at_k"], key=int)
+            means = [g["pass_at_k"][k]["mean"] for k in ks]
+            ax.plot([int(k) for k in ks], means, "o-", label=label, color=color[label])
+        ax.set_xlabel("k")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel("pass@k")
+        ax.set_title("pass@k (unbiased estimator)", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / "pass_at_k.png"))
+        plt.close(fig)
 
     points = _scatter_points(summary, records)
     if points:
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
         for label, (xs, ys) in points.items():
-            ax.scatter(xs, ys, s=14, alpha=0.7, label=label)
+            ax.scatter(xs, ys, s=14, alpha=0.7, label=label, color=color[label])
         fit = summary["regression"].get("pooled")
         if fit is not None:
             grid = np.linspace(0, 1, 50)

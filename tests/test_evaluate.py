@@ -155,7 +155,7 @@ def test_summary_tests_each_shape_against_each_baseline():
     json.dumps(s, allow_nan=False)  # results.json is strict JSON
 
 
-def test_summary_averages_samples_per_task_and_tests_variants_against_base():
+def test_summary_averages_samples_per_task_and_tests_variants_against_base(tmp_path):
     config = EvalConfig(
         task="coding", shapes=("parallel",), samples=3, variants={"base": (), "v2": ("a", "b")}
     )
@@ -173,6 +173,7 @@ def test_summary_averages_samples_per_task_and_tests_variants_against_base():
     assert base["pass_at_k"]["3"]["mean"] == 0.5
     # pass@2 of the first base task: 1 − C(2,2)/C(3,2) = 2/3
     assert "2" not in base["pass_at_k"]  # only k in ks and K are reported
+    assert tmp_path / "pass_at_k.png" in write_report(s, tmp_path, rows)
     [test] = [
         t for t in s["tests"] if t["comparison"] == "variant_vs_base" and t["metric"] == "pass"
     ]
@@ -187,7 +188,8 @@ def test_write_report_from_a_summary(tmp_path):
     s = summarize(rows, config, command="coteam eval --task coding")
     files = write_report(s, tmp_path, rows)
     names = {f.name for f in files}
-    assert {"report.md", "pass.png", "pass_at_k.png", "time_vs_consistency.png"} <= names
+    assert {"report.md", "pass.png", "tests.png", "time_vs_consistency.png"} <= names
+    assert "pass_at_k.png" not in names  # one sample per task: pass@1 only
     for f in files:
         if f.suffix == ".png":
             assert f.read_bytes()[:8] == PNG and f.stat().st_size < 200_000
@@ -333,7 +335,7 @@ def test_coteam_eval_through_the_real_server(vllm_server, tmp_path, capsys):
     assert any(t["shape"] == "parallel" and t["baseline"] == "single" for t in results["tests"])
     report = (out / "report.md").read_text()
     assert "| parallel | 2 |" in report and "Welch" in report
-    for name in ("pass.png", "tests.png", "time_s.png", "pass_at_k.png"):
+    for name in ("pass.png", "tests.png", "time_s.png", "time_vs_consistency.png"):
         assert (out / name).read_bytes()[:8] == PNG
 
     journal = read_records(out / "episodes.jsonl")
