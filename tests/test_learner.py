@@ -109,7 +109,7 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
         publish_candidate(db, 2, two_versions[0])
         promote(db, policy, 2, 1)
     learner = run_train(
-        vllm_server.url, db_path, home, "--steps", "3", "--agents", "3", "--no-gate"
+        vllm_server.url, model_path, db_path, home, "--steps", "3", "--agents", "3", "--no-gate"
     )
     output = []
     for line in learner.stdout:  # kill it during step 2, after step 1's adapters went live
