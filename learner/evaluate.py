@@ -86,6 +86,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tests": ("tests passed", ("coding",)),
     "reference": ("reference agreement", ("writing",)),
     "consistency": ("consistency", ("coding", "writing")),
+    "redundancy": ("redundancy", ("writing",)),
     "structure": ("structure", ("coding", "writing")),
     "turns": ("turns", ("coding", "writing")),
     "time_s": ("time (s)", ("coding", "writing")),
@@ -117,6 +118,10 @@ DEFINITIONS = {
         "the embedding cosine of the whole text and the reference",
         "consistency": "mean pairwise cosine between the sections' mean sentence embeddings "
         "(all-MiniLM-L6-v2), clipped at 0; not defined for `single`",
+        "redundancy": "how much the two most overlapping sections repeat each other: the larger "
+        "of word-trigram containment and the share of the shorter section's sentences with a "
+        "near-duplicate (cosine ≥ 0.9) in the other; 0 is best; read consistency beside it "
+        "(copies are perfectly consistent); not defined for `single`",
         "structure": "the writing reward's length score: mean over sections of 1 inside the "
         "role's word bounds, falling linearly to 0 at 0 words and at twice the maximum",
         "turns": "turns the episode took",
@@ -776,7 +781,8 @@ def _clean(value: Any) -> Any:
 
 # -- report ----------------------------------------------------------------------------------
 
-PLOT_METRICS = ("pass", "tests", "reference", "consistency", "structure", "time_s", "tokens")
+PLOT_METRICS = ("pass", "tests", "reference", "consistency", "redundancy", "structure", "time_s")
+PLOT_METRICS += ("tokens",)
 
 
 def write_report(
