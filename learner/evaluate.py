@@ -191,8 +191,9 @@ class EvalConfig:
     def episode_settings(self) -> dict:
         """What an episode's meaning depends on: a folder's episodes must all share it."""
         keys = ("task", "split", "writing_set", "agents", "samples", "turns", "max_tokens")
-        keys += ("temperature", "top_p", "seed")
-        return {k: getattr(self, k) for k in keys} | {"sampling": asdict(self.sampling)}
+        if self.samples > 1:  # greedy decoding ignores them
+            keys += ("temperature", "top_p", "seed")
+        return {k: getattr(self, k) for k in keys}
 
     def team_size(self, shape: str) -> int:
         return 1 if shape == "single" else self.agents
@@ -346,6 +347,7 @@ def _check_folder(config: EvalConfig, out_dir: Path) -> None:
             )
         settings["variants"] = variants
     out_dir.mkdir(parents=True, exist_ok=True)
+    settings["sampling"] = asdict(config.sampling)  # for the record: derived from the above
     path.write_text(json.dumps(settings, indent=2, default=list) + "\n")
 
 

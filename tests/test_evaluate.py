@@ -288,6 +288,8 @@ def test_a_run_scores_records_and_resumes(tmp_path):
 
     with pytest.raises(EvalError, match="other settings"):
         evaluate(EvalConfig(task="coding", limit=2, agents=3), again, out, db=db, progress=False)
+    greedy_anyway = EvalConfig(task="coding", limit=2, shapes=("single", "parallel"), seed=7)
+    assert evaluate(greedy_anyway, again, out, db=db, progress=False) == rows  # K=1 ignores seeds
 
 
 def test_run_eval_writes_the_results(tmp_path):
