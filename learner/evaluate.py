@@ -58,13 +58,12 @@ import numpy as np
 from scipy import stats
 
 import store
-from agents.combine import extract_code
 from agents.feedback import parse_check, sandbox_check
 from agents.roles import SHAPES
 from agents.sandbox import run_tests
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
-from learner.rewards import coding_reward, defines_with_return, joint_reward, writing_reward
+from learner.rewards import defines_with_return, episode_reward
 from store.paths import default_db_path
 
 log = logging.getLogger(__name__)
@@ -248,24 +247,14 @@ def score_episode(result: EpisodeResult) -> tuple[dict, dict[str, float]]:
         "tokens": tokens,
         "prompt_tokens": sum(s["prompt_tokens"] for s in result.steps),
     }
+    report = (
+        run_tests(result.output, task.tests, task.entry_point) if task.kind == "coding" else None
+    )
+    scored = episode_reward(result, report=report)
+    reward = scored["components"]
     if task.kind == "coding":
-        program = result.output  # the team's combined module: what pass and tests judge
-        report = run_tests(program, task.tests, task.entry_point)
-        # the reward reads the helper from the helper author's part and the entry function from
-        # the entry author's (everyone's, when no role owns it: single's solo, naive_concat)
-        code = [extract_code(step["text"]) for step in result.final_steps()]
-        owned = [(role.owns, c) for role, c in zip(result.roles, code, strict=True)]
-        helper = "\n\n".join(c for owns, c in owned if "aux" in owns)
-        entry = "\n\n".join(c for owns, c in owned if task.entry_point in owns)
-        reward = coding_reward(
-            helper,
-            entry or "\n\n".join(code),
-            task.tests,
-            task.entry_point,
-            preamble=task.preamble,
-            program=program,
-            report=report,
-        )
+        # pass and tests judge the team's combined module
+        program = result.output
         needed = [task.entry_point] + (["aux"] if team else [])
         metrics |= {
             "pass": report.total > 0 and report.passed == report.total,
@@ -278,10 +267,7 @@ def score_episode(result: EpisodeResult) -> tuple[dict, dict[str, float]]:
             "asserts_total": report.total,
         }
     else:
-        final = result.final_steps()
-        parts = [s["text"].strip() for s in final]
-        bounds = [role.words for role in result.roles]
-        reward = writing_reward(parts, bounds, reference=task.reference)
+        parts = [s["text"].strip() for s in result.final_steps()]
         metrics |= {
             "pass": bool(result.success),
             "reference": reward.get("reference"),
@@ -290,12 +276,9 @@ def score_episode(result: EpisodeResult) -> tuple[dict, dict[str, float]]:
             "redundancy": reward["redundancy"] if team else None,
             "words": [len(p.split()) for p in parts],
         }
-    joint = joint_reward(
-        reward["quality"], reward["coordination"], result.turns, tokens, result.wall_time_s
-    )
-    metrics["reward"] = joint["reward"]
-    components = dict(reward) | {"speed_raw": joint["speed_raw"], "speed": joint["speed"]}
-    weights = {k: v for k, v in joint.items() if k.startswith("w_")}
+    metrics["reward"] = scored["reward"]
+    components = dict(reward) | {"speed_raw": scored["speed_raw"], "speed": scored["speed"]}
+    weights = {k: v for k, v in scored.items() if k.startswith("w_")}
     return metrics | {"_weights": weights}, components
 
 

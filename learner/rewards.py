@@ -433,9 +433,11 @@ def episode_reward(
     weights: RewardWeights = RewardWeights(),  # noqa: B008
     budget: SpeedBudget = SpeedBudget(),  # noqa: B008
     human_rating: float | None = None,
+    report: TestReport | None = None,
 ) -> dict:
     """The joint reward of one finished episode (`agents.team.EpisodeResult`): the task's reward
-    components under `components`, and `joint_reward`'s parts with R as `reward`."""
+    components under `components`, and `joint_reward`'s parts with R as `reward`. `report` reuses
+    a test run already made on the team's module (coding)."""
     from agents.combine import extract_code
 
     task, roles = result.task, result.roles
@@ -454,6 +456,7 @@ def episode_reward(
             task.entry_point,
             preamble=task.preamble,
             program=result.output,
+            report=report,
         )
     else:
         bounds = [role.words or (1, 10_000) for role in roles]
