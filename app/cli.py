@@ -1,4 +1,5 @@
-"""The `coteam` command line: `coteam setup`, `serve`, `doctor`, `export`, `episode` and `eval`."""
+"""The `coteam` command line: `setup`, `serve`, `doctor`, `episode`, `eval`, `train`, `learner`,
+`adapters` and `export` (`coteam COMMAND --help` for each)."""
 
 from __future__ import annotations
 

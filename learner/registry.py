@@ -118,11 +118,12 @@ def promote(db: Database, client: PolicyClient | None, agent: int, version: int)
 
 
 def rollback(db: Database, client: PolicyClient | None, agent: int) -> dict | None:
-    """Reactivate the version the active one replaced (or the base model: None)."""
-    row = store.rollback_adapter(db, agent)
-    if client is not None and row is not None:
-        load_version(client, adapter_name(agent, row["version"]), row["path"])
-    return row
+    """Reactivate the version the active one replaced (or the base model: None). The target is
+    loaded into the server first, so a failed load leaves the store as it was."""
+    target = store.rollback_target(db, agent)
+    if client is not None and target is not None:
+        load_version(client, adapter_name(agent, target["version"]), target["path"])
+    return store.rollback_adapter(db, agent)
 
 
 def _unload_old(db: Database, client: PolicyClient, agent: int) -> None:

@@ -69,6 +69,10 @@ class LearnerWorker:
         with store.open_db(self.db_path) as db:
             return store.cancel_training_run(db, run_id, "cancelled by the admin")
 
+    def _cancelled(self, run_id: int) -> bool:
+        with store.open_db(self.db_path) as db:
+            return store.get_training_run(db, run_id)["state"] == "cancelled"
+
     def wait(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
@@ -87,6 +91,11 @@ class LearnerWorker:
                     limit=self.gate_tasks,
                     threshold=self.gate_threshold,
                 )
+                if self._cancelled(run_id):  # during the gate: promote nothing
+                    with store.open_db(self.db_path) as db:
+                        for agent, version in outcome["candidates"].items():
+                            store.reject_adapter(db, agent, version)
+                    raise Cancelled(f"training run {run_id} was cancelled during the gate")
                 promoted = decide(self.client, outcome["candidates"], result, self.db_path)
                 metrics |= {"gate": result.to_json(), "promoted": promoted}
             with store.open_db(self.db_path) as db:

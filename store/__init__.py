@@ -22,6 +22,7 @@ from store.adapters import (
     register_adapter,
     reject_adapter,
     rollback_adapter,
+    rollback_target,
     update_adapter_metrics,
 )
 from store.db import InvalidState, NotFound, StoreError, open_db, write_transaction
@@ -95,6 +96,7 @@ __all__ = [
     "register_adapter",
     "reject_adapter",
     "rollback_adapter",
+    "rollback_target",
     "schema_version",
     "start_episode",
     "start_training_run",

@@ -115,6 +115,20 @@ def activate_adapter(db: Database, agent: int, version: int) -> dict:
         return get_adapter(db, agent, version)
 
 
+def rollback_target(db: Database, agent: int) -> dict | None:
+    """The version `rollback_adapter` would reactivate: the one the active adapter replaced, else
+    its parent, else None (the base model). Raises `AdapterError` if no adapter is active."""
+    current = _active(db, agent)
+    if not current:
+        raise AdapterError(f"agent {agent} has no active adapter to roll back")
+    for version in (current["previous_active_version"], current["parent_version"]):
+        if version is not None:
+            target = get_adapter(db, agent, version)
+            if target["state"] != "rejected":
+                return target
+    return None
+
+
 def rollback_adapter(db: Database, agent: int) -> dict | None:
     """Retire the agent's active adapter and reactivate the one it replaced.
 
@@ -122,19 +136,13 @@ def rollback_adapter(db: Database, agent: int) -> dict | None:
     None) if there is no parent either. Raises `AdapterError` if no adapter is active.
     """
     with write_transaction(db):
-        current = _active(db, agent)
-        if not current:
-            raise AdapterError(f"agent {agent} has no active adapter to roll back")
-        _set_state(db, current, "retired")
-        for version in (current["previous_active_version"], current["parent_version"]):
-            if version is None:
-                continue
-            target = get_adapter(db, agent, version)
-            if target["state"] != "rejected":
-                # keep the target's own previous_active_version: a second rollback goes further back
-                _set_state(db, target, "active")
-                return get_adapter(db, agent, version)
-        return None
+        target = rollback_target(db, agent)
+        _set_state(db, _active(db, agent), "retired")
+        if target is None:
+            return None
+        # keep the target's own previous_active_version: a second rollback goes further back
+        _set_state(db, target, "active")
+        return get_adapter(db, agent, target["version"])
 
 
 def reject_adapter(db: Database, agent: int, version: int) -> dict:

@@ -7,6 +7,8 @@ import sqlite3
 import pytest
 
 import store
+from agents.policy import PolicyError
+from learner import registry
 
 
 @pytest.fixture
@@ -100,6 +102,19 @@ def test_rollback_falls_back_to_the_parent(db):
     assert store.rollback_adapter(db, 0)["version"] == 1
 
 
+def test_rollback_target_names_what_rollback_will_activate_and_changes_nothing(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2", parent=1)
+    with pytest.raises(store.AdapterError, match="no active adapter"):
+        store.rollback_target(db, 0)
+    store.activate_adapter(db, 0, 1)
+    store.activate_adapter(db, 0, 2)
+    assert store.rollback_target(db, 0)["version"] == 1
+    assert states(db) == {1: "retired", 2: "active"}
+    store.rollback_adapter(db, 0)
+    assert store.rollback_target(db, 0) is None  # v1 replaced nothing and has no parent
+
+
 def test_rejected_candidates_are_never_activated(db):
     store.register_adapter(db, 0, "v1")
     store.register_adapter(db, 0, "v2", parent=1)
@@ -127,3 +142,25 @@ def test_metrics_are_merged(db):
     assert updated["metrics"] == {"loss": 0.5, "eval_pass_rate": 0.7}
     with pytest.raises(store.NotFound):
         store.update_adapter_metrics(db, 0, 9, {})
+
+
+class RefusingServer:
+    """A policy client whose server refuses every adapter load."""
+
+    loaded: dict = {}
+
+    def models(self):
+        return []
+
+    def load_adapter(self, name, path):
+        raise PolicyError(f"cannot load {name}")
+
+
+def test_a_rollback_the_server_refuses_leaves_the_store_as_it_was(db):
+    store.register_adapter(db, 0, "v1")
+    store.register_adapter(db, 0, "v2", parent=1)
+    store.activate_adapter(db, 0, 1)
+    store.activate_adapter(db, 0, 2)
+    with pytest.raises(PolicyError, match="agent0-v1"):
+        registry.rollback(db, RefusingServer(), 0)
+    assert states(db) == {1: "retired", 2: "active"}
