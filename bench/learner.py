@@ -1,0 +1,409 @@
+"""Learner benchmark: samples per second of one training step of CoTeam's MAGRPO against TRL's
+`GRPOTrainer` and comlrl's `MAGRPOTrainer`, on the same model, coding tasks, group size G and
+token budget, printed with their ratios (the target: CoTeam at least 2x TRL).
+
+A sample is one completion of one agent. A step on T tasks with G joint samples per task trains
+on 2·T·G samples in CoTeam and comlrl (2 agents) and on T·G in TRL (one policy); every step
+covers T·G joint samples, so joint samples per second are printed too.
+
+    CoTeam  learner.train.train itself: the 2-agent parallel team samples G joint outputs per task
+            through the vLLM server, CoTeam's joint reward (sandboxed tests), A = R − mean(R),
+            one policy-gradient step on each agent's LoRA, the new adapters loaded into vLLM
+    TRL     GRPOTrainer with HF generate rollouts, a PEFT LoRA like CoTeam's, beta 0, the single
+            agent's prompt, reward = CoTeam's coding reward of the completion
+    comlrl  MAGRPOTrainer with HF generate rollouts, one model per agent (each with a LoRA like
+            CoTeam's), each agent's own prompt, reward = CoTeam's coding reward of the joint code
+
+Only steady state counts: each trainer runs one warm-up step, then N timed steps. TRL and comlrl
+run in a subprocess with the bench environment (`scripts/setup.sh --bench`: TRL and comlrl over
+the main environment's packages), one at a time, after CoTeam's model and server are gone.
+
+Usage: python bench/learner.py [--model PRESET|FOLDER] [--group-size 4] [--tasks 2]
+                               [--max-tokens 128] [--steps 2] [--vllm-url URL]
+                               [--skip-trl] [--skip-comlrl] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")  # comlrl imports wandb; nothing is logged
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from agents.combine import combine_code, extract_code  # noqa: E402
+from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.roles import Role  # noqa: E402
+from agents.tasks import Task  # noqa: E402
+from agents.team import initial_state, make_team, observe  # noqa: E402
+from learner.magrpo import MAGRPOConfig  # noqa: E402
+from learner.rewards import coding_reward  # noqa: E402
+from learner.train import TrainArgs, training_tasks  # noqa: E402
+from store.paths import venv_python  # noqa: E402
+
+AGENTS = 2
+NAMES = {"coteam": "CoTeam MAGRPO (vLLM)", "trl": "TRL GRPOTrainer", "comlrl": "comlrl MAGRPO"}
+
+
+def bench_tasks(count: int) -> list[Task]:
+    """The first `count` coding training tasks: what `coteam train --task-limit count` cycles over."""
+    return training_tasks(TrainArgs(task="coding", task_limit=count))
+
+
+def team_view(task: Task, shape: str, agents: int) -> tuple[list[Role], list[list[dict]]]:
+    """The team's roles and each agent's first observation (chat messages) on `task`."""
+    team = make_team(task, None, shape=shape, agents=agents)
+    state = initial_state(team)
+    return team.roles, [observe(team, state, i) for i in range(team.size)]
+
+
+def coding_score(task: Task, roles: list[Role], texts: list[str]) -> float:
+    """CoTeam's coding reward (0 to 4) of the agents' texts, joined as the team's combiner joins
+    them: the reward the other trainers get for what CoTeam's team would be scored on."""
+    code = [extract_code(text) for text in texts]
+    helper = "\n\n".join(c for r, c in zip(roles, code, strict=True) if "aux" in r.owns)
+    entry = "\n\n".join(c for r, c in zip(roles, code, strict=True) if task.entry_point in r.owns)
+    program = combine_code(texts, [r.owns for r in roles], preamble=task.preamble).code
+    score = coding_reward(
+        helper, entry, task.tests or "", task.entry_point, preamble=task.preamble, program=program
+    )
+    return score["total"]
+
+
+def step_figures(step_seconds: list[float], samples_per_step: int, tasks: int, group: int) -> dict:
+    seconds = sum(step_seconds) / len(step_seconds)
+    return {
+        "step_s": seconds,
+        "steps_s": step_seconds,
+        "samples_per_step": samples_per_step,
+        "samples_per_s": samples_per_step / seconds,
+        "joint_samples_per_step": tasks * group,
+        "joint_samples_per_s": tasks * group / seconds,
+    }
+
+
+def magrpo_config(args) -> MAGRPOConfig:
+    """CoTeam's MAGRPO knobs for this run; the other trainers copy its LoRA and sampling."""
+    return MAGRPOConfig(
+        group_size=args.group_size, tasks_per_step=args.tasks, max_new_tokens=args.max_tokens
+    )
+
+
+# -- CoTeam: learner.train.train through the vLLM server --------------------------------------
+
+
+def bench_coteam(model_path, client, args) -> dict:
+    from learner.train import train
+
+    train_args = TrainArgs(
+        task="coding",
+        steps=1 + args.steps,
+        agents=AGENTS,
+        task_limit=args.tasks,
+        magrpo=magrpo_config(args),
+        publish=False,
+    )
+    ends = []  # when each step finished; the first step is the warm-up
+    with tempfile.TemporaryDirectory() as folder:
+        train(train_args, client, model_path, Path(folder) / "bench.db",
+              on_step=lambda metrics: ends.append(time.perf_counter()))  # fmt: skip
+    seconds = [later - earlier for earlier, later in zip(ends, ends[1:], strict=False)]
+    return step_figures(seconds, AGENTS * args.tasks * args.group_size, args.tasks, args.group_size)
+
+
+def coteam_part(model_path, args) -> dict:
+    """CoTeam's figures, on the server at --vllm-url or on a managed one started here."""
+    from agents.policy import PolicyClient
+    from agents.server import ServerConfig, VLLMServer
+
+    if args.vllm_url:
+        client = PolicyClient(args.vllm_url)
+        client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
+        return bench_coteam(model_path, client, args)
+    with VLLMServer(ServerConfig(model=str(model_path), agents=AGENTS)) as server:
+        return bench_coteam(model_path, PolicyClient(server.url), args)
+
+
+# -- TRL and comlrl: run in the bench environment --------------------------------------------
+
+
+def device_and_dtype() -> tuple[bool, torch.dtype]:
+    """As CoTeam's learner: fp32 on CPU (bf16 matmuls are slow there), bf16 on a GPU."""
+    gpu = torch.cuda.is_available()
+    return gpu, torch.bfloat16 if gpu else torch.float32
+
+
+def lora_config(cfg: MAGRPOConfig):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+def bench_trl(model_path, args) -> dict:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg, tasks = magrpo_config(args), bench_tasks(args.tasks)
+    views = [team_view(task, "single", 1) for task in tasks]
+    dataset = Dataset.from_list(
+        [{"prompt": messages[0], "task_index": i} for i, (_, messages) in enumerate(views)]
+    )
+
+    def coteam_coding_reward(prompts, completions, task_index, **columns) -> list[float]:
+        return [
+            coding_score(tasks[i], views[i][0], [completion[0]["content"]])
+            for completion, i in zip(completions, task_index, strict=True)
+        ]
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.ends = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.perf_counter())
+
+    gpu, dtype = device_and_dtype()
+    clock = StepClock()
+    with tempfile.TemporaryDirectory() as folder:
+        config = GRPOConfig(
+            output_dir=folder,
+            use_cpu=not gpu,
+            bf16=gpu,
+            model_init_kwargs={"dtype": dtype},
+            beta=0.0,
+            num_generations=args.group_size,
+            max_completion_length=args.max_tokens,
+            per_device_train_batch_size=args.tasks * args.group_size,  # T prompts x G: one step
+            gradient_accumulation_steps=1,
+            activation_checkpointing=False,  # CoTeam's learner does not checkpoint either
+            max_steps=1 + args.steps,
+            learning_rate=cfg.learning_rate,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=cfg.seed,
+        )
+        trainer = GRPOTrainer(
+            model=str(model_path),
+            reward_funcs=coteam_coding_reward,
+            args=config,
+            train_dataset=dataset,
+            peft_config=lora_config(cfg),
+            callbacks=[clock],
+        )
+        trainer.train()
+    seconds = [later - earlier for earlier, later in zip(clock.ends, clock.ends[1:], strict=False)]
+    return step_figures(seconds, args.tasks * args.group_size, args.tasks, args.group_size)
+
+
+def bench_comlrl(model_path, args) -> dict:
+    from comlrl.trainers.reinforce import MAGRPOConfig as ComlrlConfig
+    from comlrl.trainers.reinforce import MAGRPOTrainer
+    from datasets import Dataset
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg, tasks = magrpo_config(args), bench_tasks(args.tasks)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    views = [team_view(task, "parallel", AGENTS) for task in tasks]
+    rows = []
+    for i, (_, observations) in enumerate(views):
+        prompts = [
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            for messages in observations
+        ]
+        rows.append({"task_index": i, **{f"prompt{a}": p for a, p in enumerate(prompts)}})
+
+    def coteam_coding_reward(helper_texts, entry_texts, *, batch_items) -> list[float]:
+        i = batch_items[0]["task_index"]
+        return [
+            coding_score(tasks[i], views[i][0], list(texts))
+            for texts in zip(helper_texts, entry_texts, strict=True)
+        ]
+
+    gpu, dtype = device_and_dtype()
+    # comlrl trains one model per agent: two copies of the base, each with its own LoRA
+    agents = [
+        get_peft_model(
+            AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype), lora_config(cfg)
+        )
+        for _ in range(AGENTS)
+    ]
+    trainer = MAGRPOTrainer(
+        agents=agents,
+        num_agents=AGENTS,
+        tokenizer=tokenizer,
+        train_dataset=Dataset.from_list(rows),
+        reward_func=coteam_coding_reward,
+        formatters=[lambda item, a=a: item[f"prompt{a}"] for a in range(AGENTS)],
+        args=ComlrlConfig(
+            num_train_epochs=1,  # one pass over the T tasks: one update per agent, one step
+            agent_learning_rate=cfg.learning_rate,
+            num_agents=AGENTS,
+            num_generations=args.group_size,
+            max_new_tokens=args.max_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=None,
+            num_turns=1,
+            eval_interval=0,
+            rollout_buffer_size=args.tasks,
+            train_batch_size=args.tasks,
+            advantage_normalization=cfg.scale_advantages_by_std,
+        ),
+    )
+    trainer.train()  # warm-up step
+    seconds = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        trainer.train()
+        seconds.append(time.perf_counter() - start)
+    return step_figures(seconds, AGENTS * args.tasks * args.group_size, args.tasks, args.group_size)
+
+
+PARTS = {"trl": bench_trl, "comlrl": bench_comlrl}
+
+
+def run_part(part: str, model_path, args) -> dict:
+    """Run one of PARTS in the bench environment; its figures, or {"skipped": why}."""
+    python = venv_python("bench")
+    if not python.is_file():
+        return {"skipped": f"no bench environment at {python}: run `scripts/setup.sh --bench`"}
+    print(f"{NAMES[part]} (in {python.parent.parent}) ...", flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "result.json"
+        command = [
+            str(python), str(Path(__file__).resolve()), "--part", part, "--part-result", str(result),
+            "--model", str(model_path), "--group-size", str(args.group_size),
+            "--tasks", str(args.tasks), "--max-tokens", str(args.max_tokens),
+            "--steps", str(args.steps),
+        ]  # fmt: skip
+        code = subprocess.run(command).returncode
+        if not result.is_file():
+            return {"skipped": f"the {part} subprocess exited with code {code} and no result"}
+        return json.loads(result.read_text())
+
+
+def part_main(args) -> None:
+    """In the bench environment: run one part and write its figures (or its error) as JSON."""
+    try:
+        figures = PARTS[args.part](provision_model(args.model), args)
+    except Exception as e:
+        traceback.print_exc()
+        figures = {"skipped": f"{type(e).__name__}: {e}"}
+    Path(args.part_result).write_text(json.dumps(figures))
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def report(results: dict[str, dict]) -> dict[str, float]:
+    """Print the table and the ratios; return the ratios."""
+    print()
+    print(
+        f"{'':22s}{'s/step':>8s}{'samples/step':>14s}{'samples/s':>11s}"
+        f"{'joint/step':>12s}{'joint/s':>9s}"
+    )
+    for part, r in results.items():
+        if "skipped" in r:
+            print(f"{NAMES[part]:22s}  skipped: {r['skipped']}")
+            continue
+        print(
+            f"{NAMES[part]:22s}{r['step_s']:8.1f}{r['samples_per_step']:14d}"
+            f"{r['samples_per_s']:11.3f}{r['joint_samples_per_step']:12d}"
+            f"{r['joint_samples_per_s']:9.3f}"
+        )
+    print("(a sample: one completion of one agent; a joint sample: one completion of every agent)")
+    ratios = {}
+    coteam = results["coteam"]
+    for part in ("trl", "comlrl"):
+        other = results.get(part, {})
+        if "samples_per_s" not in other:
+            continue
+        ratios[f"coteam_over_{part}"] = coteam["samples_per_s"] / other["samples_per_s"]
+        ratios[f"coteam_over_{part}_joint"] = (
+            coteam["joint_samples_per_s"] / other["joint_samples_per_s"]
+        )
+        line = (
+            f"CoTeam/{part}: {ratios[f'coteam_over_{part}']:.2f}x samples/s, "
+            f"{ratios[f'coteam_over_{part}_joint']:.2f}x joint samples/s"
+        )
+        if part == "trl":
+            line += (
+                f" (target >= 2x samples/s: {'yes' if ratios['coteam_over_trl'] >= 2 else 'no'})"
+            )
+        print(line)
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
+    parser.add_argument("--group-size", type=int, default=4, help="G joint samples per task")
+    parser.add_argument("--tasks", type=int, default=2, help="T tasks per step")
+    parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per completion")
+    parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
+    parser.add_argument("--vllm-url", help="use this running server instead of starting one")
+    parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--skip-comlrl", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # the subprocess
+    parser.add_argument("--part-result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.steps < 1 or args.tasks < 1 or args.group_size < 2:
+        parser.error("--steps and --tasks must be >= 1 and --group-size >= 2")
+    if args.part:
+        return part_main(args)
+    model_path = provision_model(args.model)
+
+    print(
+        f"model {args.model}, {args.tasks} task(s) x G={args.group_size} per step, "
+        f"{args.max_tokens} new tokens per completion, {AGENTS} agents (TRL: 1), "
+        f"1 warm-up + {args.steps} timed step(s), {os.cpu_count()} cores"
+    )
+    print(f"{NAMES['coteam']} ...", flush=True)
+    results = {"coteam": coteam_part(model_path, args)}
+    gc.collect()  # the learner's model goes before the next trainer loads its own
+    for part, skip in (("trl", args.skip_trl), ("comlrl", args.skip_comlrl)):
+        results[part] = {"skipped": f"--skip-{part}"} if skip else run_part(part, model_path, args)
+        if "skipped" in results[part] and not skip:
+            print(f"{NAMES[part]} skipped: {results[part]['skipped']}", flush=True)
+    ratios = report(results)
+    if args.json:
+        settings = {
+            k: getattr(args, k) for k in ("model", "group_size", "tasks", "max_tokens", "steps")
+        }
+        figures = {
+            "settings": settings,
+            "sample": "one completion of one agent (joint sample: one completion of every agent)",
+            "results": results,
+            "ratios": ratios,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+        print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
