@@ -334,7 +334,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from learner.curves import plot_training_curve
     from learner.promotion import decide, gate
     from learner.registry import remove_unfinished_copies
-    from learner.train import train
+    from learner.train import steps_per_pass, train, training_tasks
     from store import (
         fail_training_run,
         finish_training_run,
@@ -354,6 +354,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         mark_interrupted_runs(db)
         run_id = start_training_run(db, "cli", config=train_args.to_json())
     curve = coteam_home() / "runs" / "curves" / f"run-{run_id}.png"
+    pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)
     with contextlib.ExitStack() as stack:
         client = _episode_policy(args, stack)
         base = provision_model(args.model)
@@ -368,7 +369,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"step {metrics['step']}: mean joint reward {metrics['reward_mean']:.3f} "
                 f"(best {metrics['reward_max']:.3f}, {metrics['step_s']:.0f} s)"
             )
-            plot_training_curve(history, curve, title=f"training run {run_id}")
+            plot_training_curve(history, curve, f"training run {run_id}", pass_steps)
 
         try:
             outcome = train(train_args, client, base, args.db, run_id=run_id, on_step=on_step)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
 import shutil
 import time
@@ -195,8 +196,13 @@ def train(
                 if state != "running":
                     raise Cancelled(f"training run {run_id} was {state}")
         outcome = {"history": history, "config": args.to_json(), "candidates": {}}
+        outcome["pass_steps"] = pass_steps = steps_per_pass(len(tasks), cfg.tasks_per_step)
         if args.publish:
-            outcome["candidates"] = _publish(db_path, policies, scratch, run_id, active, history)
+            last_pass = history[-pass_steps:]
+            train_reward = sum(h["reward_mean"] for h in last_pass) / len(last_pass)
+            outcome["candidates"] = _publish(
+                db_path, policies, scratch, run_id, active, history, train_reward
+            )
         return outcome
     finally:
         for name in set(names) - set(start_names):
@@ -242,8 +248,16 @@ def _serve_step(client, policies, scratch: Path, step: int, names, start_names) 
     return new_names
 
 
-def _publish(db_path, policies, scratch: Path, run_id, active: dict, history) -> dict[int, int]:
-    """Register each agent's final adapter as its next candidate version."""
+def steps_per_pass(tasks: int, tasks_per_step: int) -> int:
+    """Steps one pass over the task set takes (training cycles through it)."""
+    return max(1, math.ceil(tasks / tasks_per_step))
+
+
+def _publish(
+    db_path, policies, scratch: Path, run_id, active: dict, history, train_reward: float
+) -> dict[int, int]:
+    """Register each agent's final adapter as its next candidate version; `train_reward` is the
+    mean joint reward of the last pass over the tasks (one step's is mostly which tasks it drew)."""
     final = history[-1]["step"]
     candidates = {}
     with store.open_db(db_path) as db:
@@ -255,7 +269,7 @@ def _publish(db_path, policies, scratch: Path, run_id, active: dict, history) ->
                 agent,
                 folder,
                 parent=parent,
-                metrics={"train_reward": history[-1]["reward_mean"], "steps": final},
+                metrics={"train_reward": train_reward, "steps": final},
                 training_run_id=run_id,
             )
             candidates[agent] = row["version"]

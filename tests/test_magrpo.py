@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from learner.curves import plot_training_curve
 from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
@@ -13,6 +14,7 @@ from learner.magrpo import (
     group_advantages,
     policy_loss,
 )
+from learner.train import steps_per_pass
 
 
 def test_advantage_is_reward_minus_group_mean():
@@ -104,3 +106,16 @@ def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path
     with torch.no_grad():
         again = [lp.sum().item() for lp in reloaded.completion_logprobs(0, samples)]
     assert again == pytest.approx(after0, abs=1e-3)
+
+
+def test_steps_per_pass_over_a_cycled_task_set():
+    assert steps_per_pass(8, 2) == 4
+    assert steps_per_pass(9, 2) == 5  # the last step of a pass starts the next
+    assert steps_per_pass(1, 2) == 1
+
+
+def test_training_curve_is_a_png_with_or_without_passes(tmp_path):
+    history = [{"step": s, "reward_mean": s / 10, "reward_max": 1.0} for s in range(1, 9)]
+    for pass_steps in (None, 4, 5):  # 5: fewer than two passes, the moving mean instead
+        path = plot_training_curve(history, tmp_path / f"curve-{pass_steps}.png", "t", pass_steps)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
