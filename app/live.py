@@ -60,6 +60,7 @@ class Pane:
     done_tokens: int = 0  # completion tokens of its finished calls
     live_tokens: int = 0  # streamed pieces of the call in progress
     feedback: str = ""  # the environment's last note to it
+    cut_off: bool = False  # its last call stopped at the token limit
 
     @property
     def tokens(self) -> int:
@@ -109,13 +110,14 @@ class LiveEpisode:
         if kind == "episode_start":
             self.episode_id = event["episode_id"]
         elif kind == "agent_start":
-            pane.text, pane.live_tokens, pane.writing = "", 0, True
+            pane.text, pane.live_tokens, pane.writing, pane.cut_off = "", 0, True, False
             pane.call = f"turn {event['turn'] + 1}" + (", revision" if event["round"] else "")
         elif kind == "token":
             pane.text += event["text"]
             pane.live_tokens += 1
         elif kind == "agent_done":
             pane.text, pane.writing = event["text"], False
+            pane.cut_off = event.get("finish_reason") == "length"
             pane.done_tokens += event["completion_tokens"]
             pane.live_tokens = 0
         elif kind == "turn_end":
@@ -156,6 +158,13 @@ class LiveEpisode:
             parts.append(f"reward {self.reward:.2f}")
         elif not self.finished:
             parts.append("scoring…")
+        cut = [str(i + 1) for i, pane in enumerate(self.panes) if pane.cut_off]
+        if cut:
+            who = f"agent{'s' * (len(cut) > 1)} {', '.join(cut)}"
+            parts.append(
+                f"{who} stopped at the token limit ({self.run.sampling.max_tokens}): "
+                "raise “Tokens per agent call”"
+            )
         if self.note:
             parts.append(self.note)
         return " · ".join(parts)

@@ -34,6 +34,10 @@ class ScriptedPolicy:
             time.sleep(self.delay_s)
             text = self.respond(request)
             pieces = [text[k : k + 7] for k in range(0, len(text), 7)]
+            cut_off = len(pieces) > request.max_tokens  # a piece stands for a token
+            if cut_off:
+                pieces = pieces[: request.max_tokens]
+                text = "".join(pieces)
             for piece in pieces:
                 if on_token:
                     on_token(i, piece)
@@ -45,7 +49,7 @@ class ScriptedPolicy:
                     completion_tokens=len(pieces),
                     latency_s=time.perf_counter() - start,
                     first_token_s=0.0,
-                    finish_reason="stop",
+                    finish_reason="length" if cut_off else "stop",
                 )
             )
         return completions

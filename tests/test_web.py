@@ -8,6 +8,7 @@ import pytest
 import store
 from agents.policy import PolicyError
 from agents.tasks import MAX_PROMPT_CHARS, TaskError
+from agents.team import Sampling
 from app import rating
 from app.admin import AdminTab, learner_status
 from app.context import AppContext, admin_password_from
@@ -136,6 +137,19 @@ def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
         saved = store.get_episode(db, episode.episode_id)
     assert saved["status"] == "ok" and saved["reward"] == pytest.approx(episode.reward)
     assert saved["rewards"]["asserts_passed"] == 7
+
+
+def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
+    task = chosen_task("coding", "humaneval", "0", "", "")
+    run = TeamRun(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=12))
+    *_, [episode] = run_live([run], ctx.client, ctx.db_path, interval=0)
+    # the helper's reply is 12 pieces long, the entry author's 20: only agent 2 is cut off
+    assert [pane.cut_off for pane in episode.panes] == [False, True]
+    assert "agent 2 stopped at the token limit (12): raise “Tokens per agent call”" in (
+        episode.status()
+    )
+    *_, [episode] = run_live([TeamRun(task, agents=2)], ctx.client, ctx.db_path, interval=0)
+    assert "token limit" not in episode.status()
 
 
 def test_a_failing_server_is_shown_and_the_episode_is_kept_as_failed(ctx):
