@@ -196,7 +196,7 @@ def train(
                 if state != "running":
                     raise Cancelled(f"training run {run_id} was {state}")
         outcome = {"history": history, "config": args.to_json(), "candidates": {}}
-        outcome["pass_steps"] = pass_steps = steps_per_pass(len(tasks), cfg.tasks_per_step)
+        pass_steps = steps_per_pass(len(tasks), cfg.tasks_per_step)
         if args.publish:
             last_pass = history[-pass_steps:]
             train_reward = sum(h["reward_mean"] for h in last_pass) / len(last_pass)
