@@ -30,7 +30,8 @@ from agents.roles import SHAPES  # noqa: E402
 from app.context import AppContext  # noqa: E402
 from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, eval_tasks, run_eval  # noqa: E402
 from learner.registry import adapter_name, promote, rollback, serving_adapters  # noqa: E402
-from learner.worker import Schedule, with_overrides  # noqa: E402
+from learner.train import TrainArgs  # noqa: E402
+from learner.worker import LearnerWorker, Schedule, with_overrides  # noqa: E402
 from store.export import export_dataset  # noqa: E402
 
 ADAPTER_COLUMNS = [
@@ -310,36 +311,38 @@ class AdminTab:
         )
         self.learner_md = gr.Markdown(elem_id="admin-learner-status")
         self.progress = gr.HTML(elem_id="admin-progress")
-        args = self.ctx.learner.args if self.ctx.learner is not None else None
+        # the form starts from the worker's settings, or from TrainArgs' defaults without one
+        learner = self.ctx.learner
+        args = learner.args if learner is not None else TrainArgs()
         with gr.Row():
             self.train_task = gr.Dropdown(
                 ["coding", "summary", "expansion"],
-                value=args.task if args else "coding",
+                value=args.task,
                 label="Train on",
                 elem_id="admin-train-task",
             )
             self.train_agents = gr.Dropdown(
                 [2, 3, 4],
-                value=args.agents if args else 2,
+                value=args.agents,
                 label="Agents",
                 elem_id="admin-train-agents",
             )
             self.steps = gr.Number(
-                args.steps if args else 10,
+                args.steps,
                 label="Steps",
                 precision=0,
                 minimum=1,
                 elem_id="admin-steps",
             )
             self.group_size = gr.Number(
-                args.magrpo.group_size if args else 4,
+                args.magrpo.group_size,
                 label="Group size G",
                 precision=0,
                 minimum=2,
                 elem_id="admin-group-size",
             )
             self.tasks_per_step = gr.Number(
-                args.magrpo.tasks_per_step if args else 2,
+                args.magrpo.tasks_per_step,
                 label="Tasks per step",
                 precision=0,
                 minimum=1,
@@ -347,28 +350,28 @@ class AdminTab:
             )
         with gr.Row():
             self.train_tokens = gr.Number(
-                args.magrpo.max_new_tokens if args else 192,
+                args.magrpo.max_new_tokens,
                 label="Tokens per agent",
                 precision=0,
                 minimum=16,
                 elem_id="admin-train-tokens",
             )
             self.task_limit = gr.Number(
-                (args.task_limit or 0) if args else 0,
+                args.task_limit or 0,
                 label="Only the first N training tasks (0: all)",
                 precision=0,
                 minimum=0,
                 elem_id="admin-task-limit",
             )
             self.gate_tasks = gr.Number(
-                self.ctx.learner.gate_tasks if self.ctx.learner else 8,
+                (learner or LearnerWorker).gate_tasks,
                 label="Gate: held-out tasks",
                 precision=0,
                 minimum=1,
                 elem_id="admin-gate-tasks",
             )
             self.gate_threshold = gr.Number(
-                self.ctx.learner.gate_threshold if self.ctx.learner else 0.0,
+                (learner or LearnerWorker).gate_threshold,
                 label="Gate: how much worse a candidate may be",
                 minimum=0,
                 elem_id="admin-gate-threshold",
