@@ -980,9 +980,7 @@ def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
         ax.set_xticks(range(len(groups)), labels, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(METRICS[metric][0])
         ax.set_title(f"{METRICS[metric][0]} by team shape (mean, 95% CI)", fontsize=10)
-        fig.tight_layout()
         written.append(_save(fig, out_dir / f"{metric}.png"))
-        plt.close(fig)
 
     if any(len(g["pass_at_k"]) > 1 for g in groups):  # with one sample per task: pass.png
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
@@ -995,9 +993,7 @@ def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
         ax.set_ylabel("pass@k")
         ax.set_title("pass@k (unbiased estimator)", fontsize=10)
         ax.legend(fontsize=7)
-        fig.tight_layout()
         written.append(_save(fig, out_dir / "pass_at_k.png"))
-        plt.close(fig)
 
     points = _scatter_points(summary, records)
     if points:
@@ -1017,9 +1013,7 @@ def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
         ax.set_ylabel("completion time T (s)")
         ax.set_title("completion time against consistency (multi-agent episodes)", fontsize=10)
         ax.legend(fontsize=7)
-        fig.tight_layout()
         written.append(_save(fig, out_dir / "time_vs_consistency.png"))
-        plt.close(fig)
     return written
 
 
@@ -1041,7 +1035,12 @@ def _scatter_points(summary: dict, records: Sequence[dict]) -> dict[str, tuple[l
 
 
 def _save(fig, path: Path) -> Path:
+    """Lay the figure out, write it as PNG and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
     fig.savefig(path, format="png")
+    plt.close(fig)
     return path
 
 
