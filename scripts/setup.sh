@@ -48,7 +48,8 @@ if [ "$(cat "$MAIN/.coteam-stamp" 2>/dev/null)" != "$want" ]; then
   "$MAIN/bin/pip" install --progress-bar off torch==2.13.0
   "$MAIN/bin/pip" install --progress-bar off -c "$CONSTRAINTS" -e "$REPO[dev]"
   echo "$want" > "$MAIN/.coteam-stamp"
-elif [ "$("$MAIN/bin/python" -c 'import app, os; print(os.path.dirname(os.path.dirname(app.__file__)))' 2>/dev/null)" != "$REPO" ]; then
+elif [ "$(cd / && "$MAIN/bin/python" -c 'import app, os; print(os.path.dirname(os.path.dirname(app.__file__)))' 2>/dev/null)" != "$REPO" ]; then
+  # (asked from / so that a checkout in the current folder does not answer for the install)
   # Same dependencies, another checkout: point the editable install here (seconds).
   "$MAIN/bin/pip" install -q --no-deps -e "$REPO"
 else
