@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from agents.combine import CombinedCode
 from agents.roles import Role
-from agents.sandbox import run_tests
 from agents.tasks import Task
+from agents.testrun import run_tests
 
 MAX_OVERLAP = 0.5  # content-word Jaccard overlap above which two sections count as repeating
 MAX_MESSAGES = 5  # test failures shown to the agents per turn

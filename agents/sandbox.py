@@ -2,8 +2,7 @@
 
 `run_untrusted(code, limits)` runs `code` in a fresh Python interpreter and returns a
 `SandboxResult` saying what it printed, how it ended and, when it was stopped, which limit stopped
-it in plain words. `run_tests(program, test_code, entry_point)` runs a HumanEval-style `check`
-one assert at a time inside it and counts the asserts that passed (the MAGRPO test score).
+it in plain words. The test runner built on it is `agents/testrun.py`.
 
 Layers, outermost first (as measured on a root Linux machine; `SandboxResult.layers` names the
 ones that were active for a run):
@@ -33,14 +32,11 @@ The throw-away uid cannot enter /root, where the app's interpreter may live; the
 on the system's /usr/bin/python3 (probed once: `SandboxResult.interpreter` says which).
 Run as an ordinary user, the sandbox has no uid or mount layer and sets no RLIMIT_NPROC (it would
 count the app's own processes): the audit hook is then what stops forks, and a process that leaves
-the group with setsid() can outlive the run. Not covered by any layer: reading world-readable files,
-and a program that introspects the test harness to forge its result lines (a marker with a random
-nonce makes this unlikely, not impossible).
+the group with setsid() can outlive the run. Not covered by any layer: reading world-readable files.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
@@ -53,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psutil
 
@@ -259,25 +255,36 @@ _interpreter_lock = threading.Lock()
 _interpreter: str | None = None
 
 
-def run_untrusted(code: str, limits: Limits = Limits()) -> SandboxResult:  # noqa: B008
+def run_untrusted(
+    code: str,
+    limits: Limits = Limits(),  # noqa: B008
+    files: dict[str, str] | None = None,
+) -> SandboxResult:
     """Run `code` as a Python program in the sandbox and report how it ended.
+
+    `files` (name -> text) are written beside it in its folder, e.g. a harness's input.
 
     Never raises for anything the program does; raises SandboxError only when the sandbox itself
     cannot start (e.g. no interpreter the throw-away user may run).
     """
-    return _run(code, limits, _sandbox_interpreter() if os.geteuid() == 0 else sys.executable)
+    interpreter = _sandbox_interpreter() if os.geteuid() == 0 else sys.executable
+    return _run(code, limits, interpreter, files or {})
 
 
-def _run(code: str, limits: Limits, interpreter: str) -> SandboxResult:
+def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> SandboxResult:
     start = time.monotonic()
     uid = _pick_uid() if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="coteam-sandbox-", ignore_cleanup_errors=True) as tmp:
         folder = os.path.realpath(tmp)
-        with open(os.path.join(folder, "main.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        if uid is not None:  # in case the private mount is unavailable
+        for name, text in {**files, "main.py": code}.items():
+            if os.path.basename(name) != name or name in ("", ".", ".."):
+                raise ValueError(f"not a plain file name: {name!r}")
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                f.write(text)
+            if uid is not None:  # in case the private mount is unavailable
+                os.chown(os.path.join(folder, name), uid, uid)
+        if uid is not None:
             os.chown(folder, uid, uid)
-            os.chown(os.path.join(folder, "main.py"), uid, uid)
         config = {
             "folder": folder,
             "uid": uid,
@@ -546,7 +553,7 @@ def _sandbox_interpreter() -> str:
             for candidate in dict.fromkeys(candidates):
                 if not os.path.exists(candidate):
                     continue
-                result = _run(probe, Limits(wall_seconds=20), candidate)
+                result = _run(probe, Limits(wall_seconds=20), candidate, {})
                 if result.ok and result.stdout.strip() == "ok":
                     _interpreter = candidate
                     break
@@ -556,175 +563,3 @@ def _sandbox_interpreter() -> str:
                     "(apt-get install python3) or put the app's interpreter outside /root"
                 )
         return _interpreter
-
-
-# ---------------------------------------------------------------------------------------------
-# HumanEval-style tests, one assert at a time
-
-
-@dataclass
-class AssertResult:
-    source: str
-    passed: bool
-    message: str = ""  # why it failed: the assert's message, or the exception
-
-
-@dataclass
-class TestReport:
-    """How many of a task's asserts a program passed; `fraction` is the MAGRPO test score."""
-
-    __test__ = False  # not a pytest class
-
-    passed: int
-    total: int
-    results: list[AssertResult]
-    timeouts: int
-    error: str  # the program failed to load, or the sandbox stopped it: the reason
-    sandbox: SandboxResult | None = field(default=None, repr=False)
-
-    @property
-    def fraction(self) -> float:
-        return self.passed / self.total if self.total else 0.0
-
-
-def split_check(
-    test_code: str, entry_point: str | None = None
-) -> tuple[str, list[tuple[str, bool]]]:
-    """Split test code into module-level set-up and test statements, in order.
-
-    HumanEval form (a `def check(candidate)`): the set-up is the code around `check`, the
-    statements are those of its body. Plain form (top-level asserts that call `entry_point` by
-    name): no set-up, the statements are the module's. Returns (setup, [(source, counts)]): a
-    statement counts as a test when it holds an assert that uses the candidate (or `entry_point`);
-    the others (imports, variables, `assert True`) only prepare.
-    """
-    try:
-        tree = ast.parse(test_code)
-    except SyntaxError as e:
-        raise ValueError(f"the test code does not parse: {e}") from e
-    check = next(
-        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None
-    )
-    if check is not None and check.args.args:
-        candidate = check.args.args[0].arg
-        setup = ast.unparse([n for n in tree.body if n is not check])
-        body = check.body
-    elif entry_point:
-        candidate, setup, body = entry_point, "", tree.body
-    else:
-        raise ValueError("the tests have no `def check(candidate)` and no entry point was named")
-    units = []
-    for statement in body:
-        has_assert = any(isinstance(n, ast.Assert) for n in ast.walk(statement))
-        uses_candidate = any(
-            isinstance(n, ast.Name) and n.id == candidate for n in ast.walk(statement)
-        )
-        source = ast.unparse(statement)
-        if candidate not in ("candidate", entry_point):
-            source = f"{candidate} = candidate\n{source}"
-        units.append((source, has_assert and uses_candidate))
-    return setup, units
-
-
-_HARNESS = r"""
-import io as _io, json as _json, os as _os, signal as _signal, sys as _sys
-
-class _Timeout(BaseException):
-    pass
-
-def _on_alarm(signum, frame):
-    raise _Timeout()
-
-def _harness(program, setup, units, entry_point, per_test, max_timeouts, marker):
-    out = _os.fdopen(_os.dup(1), "w")
-    _sys.stdout = _io.StringIO()  # the program's prints must not mix with the results
-    def report(**kw):
-        out.write(marker + _json.dumps(kw) + "\n")
-        out.flush()
-    _signal.signal(_signal.SIGALRM, _on_alarm)
-    ns = {"__name__": "candidate"}
-    _signal.setitimer(_signal.ITIMER_REAL, per_test)
-    try:
-        exec(compile(program, "program.py", "exec"), ns)
-        exec(compile(setup, "test.py", "exec"), ns)
-    except _Timeout:
-        report(load_error="loading the program took more than %gs" % per_test)
-        return
-    except BaseException as e:
-        report(load_error="%s: %s" % (type(e).__name__, e))
-        return
-    finally:
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
-    if not callable(ns.get(entry_point)):
-        report(load_error="the program does not define %s()" % entry_point)
-        return
-    ns["candidate"] = ns[entry_point]
-    timeouts = 0
-    for i, (source, counts) in enumerate(units):
-        _signal.setitimer(_signal.ITIMER_REAL, per_test)
-        try:
-            exec(compile(source, "test.py", "exec"), ns)
-            passed, message = True, ""
-        except _Timeout:
-            timeouts += 1
-            passed, message = False, "timed out after %gs" % per_test
-        except AssertionError as e:
-            passed, message = False, "AssertionError: %s" % e if str(e) else "assertion failed"
-        except BaseException as e:
-            passed, message = False, "%s: %s" % (type(e).__name__, e)
-        finally:
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-        _sys.stdout = _io.StringIO()
-        if counts:
-            report(unit=i, passed=passed, message=message[:500])
-        if timeouts >= max_timeouts:
-            report(stopped="%d asserts timed out" % timeouts)
-            return
-"""
-
-
-def run_tests(
-    program: str,
-    test_code: str,
-    entry_point: str,
-    timeout: float = 10.0,
-    max_timeouts: int = 3,
-    limits: Limits | None = None,
-) -> TestReport:
-    """Run a HumanEval-style `check(candidate)` against `program`, one assert at a time.
-
-    Each counted assert (see `split_check`) gets `timeout` seconds; after `max_timeouts` timeouts
-    the rest count as failed (as in MAGRPO). The whole run is one sandbox with `limits`, by default
-    enough wall time for every timeout.
-    """
-    setup, units = split_check(test_code, entry_point)
-    marker = f"@@coteam-{random.getrandbits(64):016x}@@"
-    args = [program, setup, units, entry_point, timeout, max_timeouts, marker]
-    code = _HARNESS + f"\n_harness(*_json.loads({json.dumps(args)!r}))\n"
-    if limits is None:
-        budget = timeout * (max_timeouts + 1) + 5
-        limits = Limits(wall_seconds=budget, cpu_seconds=int(budget) + 1)
-    result = run_untrusted(code, limits)
-    outcomes: dict[int, AssertResult] = {}
-    error = ""
-    for line in result.stdout.splitlines():
-        if not line.startswith(marker):
-            continue
-        record = json.loads(line[len(marker) :])
-        if "load_error" in record or "stopped" in record:
-            error = record.get("load_error") or record["stopped"]
-        elif "unit" in record:
-            source = units[record["unit"]][0]
-            outcomes[record["unit"]] = AssertResult(source, record["passed"], record["message"])
-    if not error and result.limit is not None:
-        error = result.reason
-    elif not error and result.exit_code != 0:
-        last_line = result.stderr.strip().splitlines()[-1:] or [""]
-        error = f"{result.reason}: {last_line[0]}"
-    results = []
-    for i, (source, counts) in enumerate(units):
-        if counts:
-            results.append(outcomes.get(i) or AssertResult(source, False, error or "not run"))
-    passed = sum(r.passed for r in results)
-    timeouts = sum(r.message.startswith("timed out") for r in results)
-    return TestReport(passed, len(results), results, timeouts, error, result)

@@ -23,9 +23,9 @@ import store
 from agents.feedback import sandbox_check
 from agents.policy import PolicyError
 from agents.roles import Role, team_roles
-from agents.sandbox import TestReport, run_tests
 from agents.tasks import Task, TaskError
 from agents.team import EpisodeResult, Policy, Sampling, run_episode
+from agents.testrun import TestReport, run_tests
 from learner.rewards import episode_reward
 
 log = logging.getLogger(__name__)

@@ -60,9 +60,9 @@ from scipy import stats
 import store
 from agents.feedback import parse_check, sandbox_check
 from agents.roles import SHAPES
-from agents.sandbox import run_tests
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
+from agents.testrun import run_tests
 from learner.rewards import defines_with_return, episode_reward
 from store.paths import default_db_path
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from agents.sandbox import TestReport, run_tests
+from agents.testrun import TestReport, run_tests
 
 # -- coding (MAGRPO's reward, as in its authors' code) ---------------------------------------------
 

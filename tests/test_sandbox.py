@@ -22,10 +22,9 @@ from agents.sandbox import (
     SANDBOX_UID_SPAN,
     Limits,
     SandboxResult,
-    run_tests,
     run_untrusted,
-    split_check,
 )
+from agents.testrun import run_tests, split_check
 from tests.conftest import process_group_alive
 
 ROOT = os.geteuid() == 0
@@ -334,7 +333,7 @@ def test_run_tests_reports_each_assert_and_survives_hostile_tests():
     report = run_tests(program, tests, "inc", timeout=1.0)
     assert (report.passed, report.total, report.timeouts) == (1, 4, 1)
     assert [r.passed for r in report.results] == [True, False, False, False]
-    assert report.results[1].message == "AssertionError: two"
+    assert report.results[1].message == "AssertionError: two (got 3)"
     assert report.results[2].message == "ValueError: negative"
     assert report.results[3].message.startswith("timed out")
     assert_host_unharmed(report.sandbox)
@@ -350,7 +349,7 @@ def test_run_tests_accepts_plain_asserts_on_the_entry_point():
     tests = "x = 3\nassert double(x) == 6\nassert double(0) == 1\nassert len('ab') == 2\n"
     report = run_tests("def double(n):\n    return 2 * n\n", tests, "double")
     assert (report.passed, report.total) == (1, 2)
-    assert report.results[1].message == "assertion failed"
+    assert report.results[1].message == "assertion failed (got 0)"
 
 
 def test_run_tests_stops_after_three_timeouts_and_bounds_a_hanging_program():
