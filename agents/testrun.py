@@ -47,8 +47,6 @@ _OPERATORS = {
     ast.In: lambda a, b: operator.contains(b, a),
     ast.NotIn: lambda a, b: not operator.contains(b, a),
 }
-# the reversed operator, for `EXPECTED OP CALL`
-_FLIPPED = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
 
 
 @dataclass
@@ -62,6 +60,7 @@ class TestUnit:
     call: str = ""  # compared: the expression the sandbox evaluates
     op: str = ""  # compared: "truthy", "falsy" or an ast comparison name ("Eq", "Lt", ...)
     expected: object = None  # compared: the literal, rebuilt here only
+    flipped: bool = False  # compared: written `EXPECTED OP CALL`
     message: str = ""  # the assert's own message, if it has a literal one
 
 
@@ -178,23 +177,25 @@ def _classify(statement: ast.stmt, candidate: str) -> TestUnit:
         if op not in _OPERATORS:
             return inside
         if _uses(left, candidate):
-            call, (is_literal, expected) = left, _literal(right)
-        elif _uses(right, candidate) and op in (*_FLIPPED, ast.Eq, ast.NotEq, ast.Is, ast.IsNot):
-            call, (is_literal, expected) = right, _literal(left)
-            op = _FLIPPED.get(op, op)
+            call, (is_literal, expected), flipped = left, _literal(right), False
+        elif _uses(right, candidate):
+            call, (is_literal, expected), flipped = right, _literal(left), True
         else:
             return inside
         if not is_literal:
             return inside
         if op in (ast.Is, ast.IsNot) and not any(expected is c for c in (None, True, False)):
             return inside  # identity of rebuilt numbers or strings means nothing
-        return TestUnit(source, COMPARED, ast.unparse(call), op.__name__, expected, message)
+        call_source = ast.unparse(call)
+        return TestUnit(
+            source, COMPARED, call_source, op.__name__, expected, flipped=flipped, message=message
+        )
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         if _uses(test.operand, candidate):
-            return TestUnit(source, COMPARED, ast.unparse(test.operand), "falsy", None, message)
+            return TestUnit(source, COMPARED, ast.unparse(test.operand), "falsy", message=message)
         return inside
     if isinstance(test, ast.Call | ast.Name | ast.Subscript | ast.Attribute):
-        return TestUnit(source, COMPARED, ast.unparse(test), "truthy", None, message)
+        return TestUnit(source, COMPARED, ast.unparse(test), "truthy", message=message)
     return inside
 
 
@@ -363,7 +364,9 @@ def _judge(unit: TestUnit, record: dict) -> AssertResult:
         elif unit.op == "falsy":
             passed = not value
         else:
-            passed = bool(_OPERATORS[getattr(ast, unit.op)](value, unit.expected))
+            compare = _OPERATORS[getattr(ast, unit.op)]
+            pair = (unit.expected, value) if unit.flipped else (value, unit.expected)
+            passed = bool(compare(*pair))
     except Exception as e:  # plain values can still be incomparable (TypeError) or huge
         return AssertResult(unit.source, False, f"{type(e).__name__}: {e}"[:500], COMPARED)
     if passed:
