@@ -1,5 +1,5 @@
-"""The `coteam` command line: `setup`, `serve`, `doctor`, `episode`, `eval`, `train`, `learner`,
-`adapters` and `export` (`coteam COMMAND --help` for each)."""
+"""The `coteam` command line: `setup`, `serve`, `doctor`, `check`, `episode`, `eval`, `train`,
+`learner`, `adapters` and `export` (`coteam COMMAND --help` for each)."""
 
 from __future__ import annotations
 
@@ -98,6 +98,53 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from app.doctor import run_checks
 
     return run_checks(args.model, args.vllm_url)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run a module against tests through the runner the team and the learner use."""
+    import json
+    from pathlib import Path
+
+    from agents.testrun import run_tests
+
+    texts = {}
+    for what, path in (("code", args.code), ("tests", args.tests)):
+        try:
+            texts[what] = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"cannot read the {what} file {path}: {e}") from e
+    entry_point = args.entry_point or _entry_point(texts["code"], texts["tests"])
+    report = run_tests(texts["code"], texts["tests"], entry_point, timeout=args.timeout)
+    if args.json:
+        print(json.dumps({"entry_point": entry_point, **report.to_dict()}, ensure_ascii=False))
+    else:
+        for r in report.results:
+            where = "compared outside" if r.kind == "compared" else "checked inside the sandbox"
+            line = f"{'ok  ' if r.passed else 'FAIL'} [{where}] {r.source.splitlines()[-1]}"
+            print(line + (f" -> {r.message}" if r.message else ""))
+        if report.error:
+            print(f"error: {report.error}")
+        print(f"{report.passed} of {report.total} tests passed ({entry_point})")
+    return 0 if report.total and report.passed == report.total else 1
+
+
+def _entry_point(code: str, tests: str) -> str:
+    """The function the tests are about: the module's first top-level function the tests name,
+    else its last top-level function."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        raise ValueError(f"the code does not parse: line {e.lineno}: {e.msg}") from e
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if not names:
+        raise ValueError("the code defines no function to test")
+    try:
+        test_names = {n.id for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Name)}
+    except SyntaxError as e:
+        raise ValueError(f"the tests do not parse: line {e.lineno}: {e.msg}") from e
+    return next((name for name in names if name in test_names), names[-1])
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -510,6 +557,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=default_model, help=MODEL_HELP)
     p.add_argument("--vllm-url", help="also check this vLLM server's health")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser(
+        "check", help="run a module against tests in the sandbox (the runner the team uses)"
+    )
+    p.add_argument("--code", required=True, help="the module to test (a .py file)")
+    p.add_argument("--tests", required=True, help="its tests: `def check(candidate)` or asserts")
+    p.add_argument("--entry-point", help="the function under test (default: found in the code)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per test (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser(
         "export", help="export episodes (turns, rewards, ratings) and preference pairs as a dataset"

@@ -1,5 +1,6 @@
 """The `coteam` command: help, doctor (both ways), and `serve` answering on 127.0.0.1."""
 
+import json
 import os
 import signal
 import subprocess
@@ -93,3 +94,51 @@ def test_serve_answers_on_localhost_with_the_tabs(vllm_server, model_path, tmp_p
         app.wait(timeout=30)
     assert "admin tab stays locked" in app.stdout.read()  # no password configured
     assert vllm_server.healthy(), "stopping the app must not stop a server it did not start"
+
+
+def test_check_runs_a_module_through_the_runner_and_reports_each_test(tmp_path):
+    from tests.test_testrun import ATTACKS, KNOWS_THE_ANSWERS, TESTS
+
+    (tmp_path / "tests.py").write_text(TESTS)
+    (tmp_path / "good.py").write_text(KNOWS_THE_ANSWERS)
+    (tmp_path / "forger.py").write_text(ATTACKS["forged_lines_then_exit"])
+    result = coteam(
+        "check",
+        "--code",
+        str(tmp_path / "good.py"),
+        "--tests",
+        str(tmp_path / "tests.py"),
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["passed"], report["total"], report["entry_point"]) == (3, 3, "add")
+    assert [(t["kind"], t["passed"]) for t in report["tests"]] == [("compared", True)] * 3
+    result = coteam(
+        "check", "--code", str(tmp_path / "forger.py"), "--tests", str(tmp_path / "tests.py")
+    )
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1] == "0 of 3 tests passed (add)"
+    assert result.stdout.count("FAIL [compared outside]") == 3
+
+
+def test_check_refuses_unreadable_input_with_a_clear_message(tmp_path, capsys):
+    from app.cli import main
+
+    (tmp_path / "latin1.py").write_bytes(b"def f():\n    return '\xe9'\n")
+    (tmp_path / "tests.py").write_text("assert f() == 1\n")
+    assert (
+        main(
+            ["check", "--code", str(tmp_path / "latin1.py"), "--tests", str(tmp_path / "tests.py")]
+        )
+        == 1
+    )
+    assert "cannot read the code file" in capsys.readouterr().err
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    assert (
+        main(
+            ["check", "--code", str(tmp_path / "broken.py"), "--tests", str(tmp_path / "tests.py")]
+        )
+        == 1
+    )
+    assert "the code does not parse: line 1" in capsys.readouterr().err
