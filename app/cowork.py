@@ -197,12 +197,15 @@ def tests_markdown(episode: LiveEpisode) -> str:
     head = f"**Tests: {report.passed} of {report.total} passed**"
     if report.error:
         head += f" — {report.error}"
-    rows = ["| | test | message |", "|---|---|---|"]
+    rows = ["| | test | checked | message |", "|---|---|---|---|"]
     for r in report.results:
         source = r.source.splitlines()[-1].replace("|", "\\|")
         message = (r.message or "").replace("|", "\\|").replace("\n", " ")
+        # a compared test's value was checked here; one checked inside could have been forged
+        checked = "value compared" if r.kind == "compared" else "inside the sandbox"
         rows.append(
-            f"| {'✓' if r.passed else '✗'} | `{textwrap.shorten(source, 100)}` | {textwrap.shorten(message, 160)} |"
+            f"| {'✓' if r.passed else '✗'} | `{textwrap.shorten(source, 100)}` | {checked} "
+            f"| {textwrap.shorten(message, 160)} |"
         )
     return head + "\n\n" + "\n".join(rows)
 

@@ -176,6 +176,7 @@ def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
     assert "helper aux" in page[tab.panes[0]]["label"]
     assert "def has_close_elements" in page[tab.result]
     assert "Tests: 7 of 7 passed" in page[tab.tests_view]
+    assert page[tab.tests_view].count("| value compared |") == 7  # each test's kind is shown
     assert page[tab.rating_panel]["visible"] is True
     assert "episode" in page[tab.status] and "tokens" in page[tab.status]
 
