@@ -190,6 +190,7 @@ _LAUNCHER = r"""
 import ctypes, json, os, resource, sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 
@@ -209,9 +210,16 @@ try:
         check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
                          options.encode()), "mount tmpfs on " + path)
 
+    for path in cfg["cgroups"]:  # before anything else: every process it starts is counted
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    if cfg["cgroups"]:
+        layers.append("cgroup: the whole run within %d MiB of memory (memfd and tmpfs included) "
+                      "and %d processes" % (cfg["memory_mb"], cfg["processes"]))
     if uid is not None:
-        check(libc.unshare(CLONE_NEWNET), "unshare network")
+        check(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare network and IPC")
         layers.append("network: empty network namespace")
+        layers.append("ipc: private System V IPC namespace (nothing outlives the run)")
         if libc.unshare(CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None,
                                                          MS_REC | MS_PRIVATE, None) == 0:
             files = {}
@@ -230,8 +238,9 @@ try:
                 os.chown(path, uid, uid)
             layers.append("mounts: private %d MiB tmpfs folder; 4 MiB tmpfs over /tmp, "
                           "/var/tmp, /dev/shm, /run/lock" % cfg["disk_mb"])
-    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
         layers.append("network: empty network namespace (user namespace)")
+        layers.append("ipc: private System V IPC namespace (user namespace)")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     for name, value in cfg["rlimits"].items():
         soft, hard = value
@@ -285,9 +294,13 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
                 os.chown(os.path.join(folder, name), uid, uid)
         if uid is not None:
             os.chown(folder, uid, uid)
+        cgroups = RunCgroups.create(limits) if uid is not None else None
         config = {
             "folder": folder,
             "uid": uid,
+            "cgroups": cgroups.paths if cgroups else [],
+            "memory_mb": limits.memory_mb,
+            "processes": limits.processes,
             "disk_mb": limits.disk_mb,
             "world_writable": list(WORLD_WRITABLE),
             "rlimits": _rlimits(limits, uid is not None),
@@ -345,6 +358,9 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
         stdout, stderr, timed_out, overflowed, strays = _collect(proc, limits, uid)
         _kill_all(proc.pid, uid)
         proc.wait()
+        out_of_memory = cgroups.out_of_memory() if cgroups else False
+        if cgroups:
+            cgroups.remove()
     return _describe(
         proc.pid,
         uid,
@@ -358,7 +374,80 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
         layers,
         interpreter,
         strays,
+        out_of_memory,
     )
+
+
+class RunCgroups:
+    """One run's cgroups (v2, or v1's memory and pids hierarchies): memory for all its processes
+    together, shared memory (memfd, tmpfs, /dev/shm) included, and a process count. Root only;
+    `create` returns None where the host offers no writable cgroup file system."""
+
+    V2_ROOT = "/sys/fs/cgroup"
+    V1_ROOTS = ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids")
+
+    def __init__(self, paths: list[str], memory_file: str):
+        self.paths = paths
+        self.memory_file = memory_file  # where the kernel counts out-of-memory kills or failures
+
+    @classmethod
+    def create(cls, limits: Limits) -> RunCgroups | None:
+        name = f"coteam-sandbox-{os.getpid()}-{random.getrandbits(48):012x}"
+        memory = str(limits.memory_mb * 1024 * 1024)
+        made: list[str] = []
+        try:
+            if os.path.exists(os.path.join(cls.V2_ROOT, "cgroup.controllers")):
+                path = os.path.join(cls.V2_ROOT, name)
+                os.mkdir(path)
+                made.append(path)
+                _write(path, "memory.max", memory)
+                _write(path, "memory.swap.max", "0")
+                _write(path, "pids.max", str(limits.processes))
+                return cls(made, os.path.join(path, "memory.events"))
+            memory_root, pids_root = cls.V1_ROOTS
+            if not (os.path.isdir(memory_root) and os.path.isdir(pids_root)):
+                return None
+            for root in cls.V1_ROOTS:
+                os.mkdir(os.path.join(root, name))
+                made.append(os.path.join(root, name))
+            _write(made[0], "memory.limit_in_bytes", memory)
+            with contextlib.suppress(OSError):  # memsw exists only with swap accounting
+                _write(made[0], "memory.memsw.limit_in_bytes", memory)
+            _write(made[1], "pids.max", str(limits.processes))
+            return cls(made, os.path.join(made[0], "memory.oom_control"))
+        except OSError:
+            cls(made, "").remove()
+            return None
+
+    def out_of_memory(self) -> bool:
+        """Whether the run hit its memory limit."""
+        try:
+            with open(self.memory_file, encoding="ascii") as f:
+                text = f.read()
+        except OSError:
+            return False
+        # memory.events (v2) and memory.oom_control (v1) both have an "oom_kill N" line
+        return any(
+            line.split()[:1] == ["oom_kill"] and int(line.split()[1]) > 0
+            for line in text.splitlines()
+        )
+
+    def remove(self) -> None:
+        """Remove the cgroups (their processes are gone; a dying one may take a moment)."""
+        for path in self.paths:
+            for _ in range(100):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+def _write(folder: str, name: str, value: str) -> None:
+    with open(os.path.join(folder, name), "w", encoding="ascii") as f:
+        f.write(value)
 
 
 def _rlimits(limits: Limits, per_uid: bool) -> dict[str, tuple[int, int]]:
@@ -471,6 +560,7 @@ def _describe(
     layers: list[str],
     interpreter: str,
     strays: int,
+    out_of_memory: bool = False,
 ) -> SandboxResult:
     stdout = stdout_bytes.decode("utf-8", errors="replace")
     stderr = stderr_bytes.decode("utf-8", errors="replace")
@@ -486,7 +576,9 @@ def _describe(
         hits.append(("output", f"it printed more than {limits.output_bytes:,} bytes"))
     if timed_out:
         hits.append(("wall_time", f"it ran past the wall-clock limit of {limits.wall_seconds:g} s"))
-    if killed_by == "SIGXCPU" or (killed_by == "SIGKILL" and not (timed_out or overflowed)):
+    if out_of_memory:
+        hits.append(("memory", f"its processes used more than {limits.memory_mb} MiB together"))
+    elif killed_by == "SIGXCPU" or (killed_by == "SIGKILL" and not (timed_out or overflowed)):
         hits.append(("cpu_time", f"it used more than {limits.cpu_seconds} s of CPU time"))
     if "MemoryError" in stderr:
         hits.append(("memory", f"it tried to use more than {limits.memory_mb} MiB of memory"))

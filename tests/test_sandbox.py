@@ -360,3 +360,62 @@ def test_run_tests_stops_after_three_timeouts_and_bounds_a_hanging_program():
     report = run_tests("while True:\n    pass\n", tests, "f", timeout=0.5)
     assert report.error == "loading the program took more than 0.5s"
     assert report.passed == 0
+
+
+@needs_root
+def test_system_v_ipc_objects_do_not_outlive_the_run():
+    before = Path("/proc/sysvipc/shm").read_text(), Path("/proc/sysvipc/msg").read_text()
+    code = textwrap.dedent(
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+        shm = libc.shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0o600)
+        msg = libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)
+        print(shm >= 0, msg >= 0)
+        """
+    )
+    result = run(code, audit=False)
+    assert result.stdout.split() == ["True", "True"], result.stderr  # it made them, inside
+    assert any(layer.startswith("ipc: private") for layer in result.layers)
+    after = Path("/proc/sysvipc/shm").read_text(), Path("/proc/sysvipc/msg").read_text()
+    assert after == before
+    assert_host_unharmed(result)
+
+
+@needs_root
+@pytest.mark.parametrize("how", ["memfd", "processes"])
+def test_memory_of_the_whole_run_is_bounded(how):
+    if how == "memfd":  # shared memory is not address space: only the cgroup counts it
+        code = textwrap.dedent(
+            """
+            import os
+            fds = []
+            for i in range(40):  # each under the 16 MiB file-size limit, 600 MiB together
+                fds.append(os.memfd_create("hoard"))
+                for _ in range(15):
+                    os.write(fds[-1], b"x" * (1 << 20))
+            print("HELD", 15 * len(fds), "MiB", flush=True)
+            """
+        )
+    else:  # four processes of 200 MiB each, each under the per-process limit
+        code = textwrap.dedent(
+            """
+            import os, time
+            for _ in range(4):
+                if os.fork() == 0:
+                    hoard = b"x" * (200 << 20)
+                    print("HELD", 200, "MiB", flush=True)
+                    time.sleep(3)
+                    os._exit(0)
+            for _ in range(4):
+                os.wait()
+            """
+        )
+    result = run(code, audit=False, memory_mb=512, wall_seconds=10)
+    if not any(layer.startswith("cgroup:") for layer in result.layers):
+        pytest.skip("no writable cgroup file system on this host")
+    held = sum(int(line.split()[1]) for line in result.stdout.splitlines())
+    assert held <= 512, result.reason
+    assert result.limit == "memory", result.reason
+    assert_host_unharmed(result)
