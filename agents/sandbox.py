@@ -61,6 +61,24 @@ SANDBOX_UID_SPAN = 1_000_000
 # the world-writable folders a throw-away user could otherwise write to; each gets a small tmpfs
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
+# system calls the program is refused (EPERM): namespaces and mounts (a nested user namespace
+# could mount an uncapped tmpfs), SysV IPC, kernel keys, tracing other processes, BPF, io_uring
+# and the like; memfd stays (the cgroup counts it)
+REFUSED_SYSCALLS = (
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+    "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr", "shmget", "msgget", "semget",
+    "keyctl", "add_key", "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "bpf",
+    "perf_event_open", "userfaultfd", "io_uring_setup", "kexec_load", "init_module",
+    "finit_module", "delete_module", "swapon", "swapoff", "reboot", "acct", "syslog",
+)  # fmt: skip
+# clone() with any of these flags is refused; clone3() answers ENOSYS (its flags sit in memory a
+# filter cannot read), so the C library falls back to clone()
+NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000)
+NAMESPACE_FLAGS += (
+    0x40000000,
+    0x00000080,
+)  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+
 # audit events, grouped for the report (the hook itself lists what it refuses in _PRELUDE)
 _PROCESS_EVENTS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork")
 _PROCESS_EVENTS += ("os.kill", "pty.")
@@ -246,12 +264,25 @@ try:
         soft, hard = value
         resource.setrlimit(getattr(resource, name), (soft, hard))
     layers.append("rlimits: " + ", ".join(sorted(cfg["rlimits"])))
+    rules = None
+    if cfg["seccomp"]:  # built while the launcher may still read the app's environment
+        sys.path.insert(0, cfg["seccomp"]["path"])
+        import pyseccomp as sc
+        rules = sc.SyscallFilter(sc.ALLOW)
+        for name in cfg["seccomp"]["refused"]:
+            rules.add_rule(sc.ERRNO(1), name)
+        for flag in cfg["seccomp"]["clone_flags"]:
+            rules.add_rule(sc.ERRNO(1), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        rules.add_rule(sc.ERRNO(38), "clone3")
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
         layers.append("user: throw-away uid %d" % uid)
     os.chdir(folder)
+    if rules is not None:  # last: the launcher itself needed mount, unshare and setuid
+        rules.load()
+        layers.append("syscall filter: namespaces, mounts, SysV IPC, keys, ptrace, bpf refused")
     os.write(status_fd, json.dumps({"layers": layers}).encode())
 except BaseException as e:
     os.write(status_fd, json.dumps({"error": "%s: %s" % (type(e).__name__, e)}).encode())
@@ -301,6 +332,7 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
             "cgroups": cgroups.paths if cgroups else [],
             "memory_mb": limits.memory_mb,
             "processes": limits.processes,
+            "seccomp": _seccomp_config(),
             "disk_mb": limits.disk_mb,
             "world_writable": list(WORLD_WRITABLE),
             "rlimits": _rlimits(limits, uid is not None),
@@ -376,6 +408,20 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
         strays,
         out_of_memory,
     )
+
+
+def _seccomp_config() -> dict | None:
+    """The syscall filter's settings for the launcher, or None where pyseccomp (or the
+    libseccomp it loads) is missing: the launcher runs with -I -S, so it gets the folder."""
+    try:
+        import pyseccomp
+    except (ImportError, OSError):
+        return None
+    return {
+        "path": os.path.dirname(pyseccomp.__file__),
+        "refused": list(REFUSED_SYSCALLS),
+        "clone_flags": list(NAMESPACE_FLAGS),
+    }
 
 
 class RunCgroups:
