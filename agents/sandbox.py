@@ -132,6 +132,33 @@ class SandboxError(RuntimeError):
     """The sandbox itself could not start (not the program's fault)."""
 
 
+# As an ordinary user the sandbox has no throw-away uid, mounts or cgroup: generated code would
+# run as that user. It is refused unless this variable is "1" (`--allow-weak-sandbox`).
+WEAK_SANDBOX_ENV = "COTEAM_ALLOW_WEAK_SANDBOX"
+WEAK_SANDBOX_WARNING = (
+    "the sandbox is weak here: not running as root, so generated code runs as your own user "
+    "(only rlimits, the audit hook and, where the kernel allows, network and IPC namespaces and "
+    "the syscall filter) and could read or change your files"
+)
+
+
+def isolation_level() -> tuple[str, str]:
+    """("full" or "weak", the layers a run gets on this host, in words) for `coteam doctor`."""
+    if os.geteuid() != 0:
+        opted_in = os.environ.get(WEAK_SANDBOX_ENV) == "1"
+        return "weak", WEAK_SANDBOX_WARNING + ("" if opted_in else "; generated code is refused")
+    cgroups = RunCgroups.create(Limits())
+    if cgroups:
+        cgroups.remove()
+    layers = [
+        "throw-away uid",
+        "network, IPC and mount namespaces",
+        "cgroup memory and process limits" if cgroups else "no cgroup (per-process rlimits only)",
+        "syscall filter" if _seccomp_config() else "no syscall filter (pyseccomp missing)",
+    ]
+    return "full", ", ".join(layers)
+
+
 # Runs inside the sandboxed interpreter: installs the audit hook, then runs main.py.
 _PRELUDE = r"""
 import os, sys
@@ -303,10 +330,16 @@ def run_untrusted(
     """Run `code` as a Python program in the sandbox and report how it ended.
 
     `files` (name -> text) are written beside it in its folder, e.g. a harness's input.
+    As an ordinary user it refuses to run (SandboxError) unless WEAK_SANDBOX_ENV is "1".
 
     Never raises for anything the program does; raises SandboxError only when the sandbox itself
     cannot start (e.g. no interpreter the throw-away user may run).
     """
+    if os.geteuid() != 0 and os.environ.get(WEAK_SANDBOX_ENV) != "1":
+        raise SandboxError(
+            f"generated code was not run: {WEAK_SANDBOX_WARNING}. Run CoTeam as root (e.g. in "
+            "its container) or accept the risk with --allow-weak-sandbox"
+        )
     interpreter = _sandbox_interpreter() if os.geteuid() == 0 else sys.executable
     return _run(code, limits, interpreter, files or {})
 

@@ -25,7 +25,7 @@ import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.sandbox import Limits, SandboxResult, run_untrusted
+from agents.sandbox import Limits, SandboxError, SandboxResult, run_untrusted
 
 HARNESS_DIR = Path(__file__).parent / "harness"
 INSIDE_WEIGHT = 0.5  # a test checked beside the program counts half of a compared one
@@ -243,6 +243,16 @@ def run_tests(
         "per_test": timeout,
         "max_timeouts": max_timeouts,
     }
+    try:
+        return _run_units(job, steps, units, limits)
+    except SandboxError as e:  # e.g. refused as an ordinary user: every test fails, saying why
+        results = [AssertResult(u.source, False, str(e), u.kind) for u in units]
+        return TestReport(0, len(units), results, 0, str(e))
+
+
+def _run_units(
+    job: dict, steps: list[TestUnit], units: list[TestUnit], limits: Limits
+) -> TestReport:
     outcomes: dict[int, AssertResult] = {}
     errors: list[str] = []
     rejected = 0

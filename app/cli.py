@@ -32,6 +32,15 @@ def cmd_setup(args: argparse.Namespace) -> int:
     return 0
 
 
+def allow_weak_sandbox(args: argparse.Namespace) -> None:
+    """With --allow-weak-sandbox as an ordinary user: run generated code anyway, after a warning."""
+    from agents.sandbox import WEAK_SANDBOX_ENV, WEAK_SANDBOX_WARNING
+
+    if args.allow_weak_sandbox and os.geteuid() != 0:
+        os.environ[WEAK_SANDBOX_ENV] = "1"
+        print(f"WARNING: {WEAK_SANDBOX_WARNING}", file=sys.stderr)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from agents.models import provision_model, resolve_model
     from agents.policy import PolicyClient
@@ -42,6 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from learner.worker import LearnerWorker, Schedule
     from store import mark_interrupted_episodes, mark_interrupted_runs, open_db
 
+    allow_weak_sandbox(args)
     password = admin_password_from(args.admin_password_file)
     if password is None:
         print("no admin password configured (COTEAM_ADMIN_PASSWORD or --admin-password-file): "
@@ -113,6 +123,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             texts[what] = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read the {what} file {path}: {e}") from e
+    allow_weak_sandbox(args)
     entry_point = args.entry_point or _entry_point(texts["code"], texts["tests"])
     report = run_tests(texts["code"], texts["tests"], entry_point, timeout=args.timeout)
     if args.json:
@@ -551,6 +562,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--every-ratings", type=int, help="train in the background after N new ratings")
     p.add_argument("--every-minutes", type=float, help="train in the background every T minutes")
+    p.add_argument(
+        "--allow-weak-sandbox",
+        action="store_true",
+        help="as an ordinary user, run generated code with the weak sandbox (prints a warning)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("doctor", help="check the environment; exits non-zero on any problem")
@@ -566,6 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry-point", help="the function under test (default: found in the code)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per test (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--allow-weak-sandbox",
+        action="store_true",
+        help="as an ordinary user, run generated code with the weak sandbox (prints a warning)",
+    )
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser(

@@ -101,8 +101,16 @@ def check_home_writable() -> tuple[bool, str]:
     return True, f"data directory {coteam_home()} writable"
 
 
+def check_sandbox() -> tuple[bool, str]:
+    from agents.sandbox import WEAK_SANDBOX_ENV, isolation_level
+
+    level, layers = isolation_level()
+    return level == "full" or os.environ.get(WEAK_SANDBOX_ENV) == "1", f"sandbox {level}: {layers}"
+
+
 def run_checks(model: str, vllm_url: str | None) -> int:
     checks = [
+        check_sandbox,
         check_python,
         check_packages,
         check_vllm_env,

@@ -450,3 +450,28 @@ def test_nested_namespaces_and_mounts_are_refused():
         "fork 7",
     ], result.stderr
     assert_host_unharmed(result)
+
+
+def test_as_an_ordinary_user_generated_code_is_refused_unless_opted_in(monkeypatch):
+    from agents import sandbox
+    from agents.testrun import run_tests as run_the_tests
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv(sandbox.WEAK_SANDBOX_ENV, raising=False)
+    assert sandbox.isolation_level()[0] == "weak"
+    with pytest.raises(sandbox.SandboxError, match="--allow-weak-sandbox"):
+        run_untrusted("print('ran')")
+    report = run_the_tests("def f():\n    return 1\n", "assert f() == 1\n", "f")
+    assert (report.passed, report.total) == (0, 1)
+    assert "generated code was not run" in report.error
+    monkeypatch.setenv(sandbox.WEAK_SANDBOX_ENV, "1")
+    result = run_untrusted("print('ran')")
+    assert result.stdout == "ran\n" and result.uid is None
+
+
+@needs_root
+def test_doctor_reports_full_isolation_as_root():
+    from app.doctor import check_sandbox
+
+    ok, line = check_sandbox()
+    assert ok and line.startswith("sandbox full: throw-away uid"), line
