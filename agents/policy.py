@@ -9,12 +9,17 @@ name can serve stale prefix-cache blocks.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
 from openai import AsyncOpenAI
+
+# the key of a server this process did not start (`--vllm-url`); `coteam serve` sets it for the
+# server it starts, so that its subprocesses and tests reach that server too
+API_KEY_ENV = "COTEAM_VLLM_API_KEY"
 
 
 class PolicyError(RuntimeError):
@@ -58,9 +63,14 @@ class PolicyClient:
     base_model: str = "base"
     timeout_s: float = 600.0
     loaded: dict[str, str] = field(default_factory=dict)  # adapter name -> folder, for restore
+    api_key: str = field(default_factory=lambda: os.environ.get(API_KEY_ENV) or "EMPTY")
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
 
     # -- generation -------------------------------------------------------------------------
     def generate(
@@ -73,7 +83,10 @@ class PolicyClient:
         self, requests: list[Request], on_token: Callable[[int, str], None] | None = None
     ) -> list[Completion]:
         async with AsyncOpenAI(
-            base_url=f"{self.base_url}/v1", api_key="EMPTY", timeout=self.timeout_s, max_retries=2
+            base_url=f"{self.base_url}/v1",
+            api_key=self.api_key,
+            timeout=self.timeout_s,
+            max_retries=2,
         ) as client:
             return list(
                 await asyncio.gather(
@@ -138,7 +151,9 @@ class PolicyClient:
 
     # -- adapters ---------------------------------------------------------------------------
     def _post(self, path: str, payload: dict) -> None:
-        response = httpx.post(f"{self.base_url}{path}", json=payload, timeout=120)
+        response = httpx.post(
+            f"{self.base_url}{path}", json=payload, headers=self.headers, timeout=120
+        )
         if response.status_code != 200:
             raise PolicyError(
                 f"{path} {payload}: HTTP {response.status_code}: {response.text[:500]}"
@@ -158,7 +173,7 @@ class PolicyClient:
         return [m["id"] for m in self.models() if m["id"] != self.base_model]
 
     def models(self) -> list[dict]:
-        response = httpx.get(f"{self.base_url}/v1/models", timeout=10)
+        response = httpx.get(f"{self.base_url}/v1/models", headers=self.headers, timeout=10)
         response.raise_for_status()
         return response.json()["data"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -87,6 +88,8 @@ class VLLMServer:
         self._proc: subprocess.Popen | None = None
         self._stopping = threading.Event()
         self._watchdog: threading.Thread | None = None
+        # a fresh key for every server: without it any local user could load or unload adapters
+        self.api_key = secrets.token_urlsafe(32)
 
     @property
     def url(self) -> str:
@@ -111,7 +114,12 @@ class VLLMServer:
         return cmd + list(c.extra_args)
 
     def environment(self) -> dict[str, str]:
+        """vLLM's environment: the app's, less its secrets, plus the server's API key (an
+        environment variable: other users can read a command line, not an environment)."""
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1")
+        env.pop("COTEAM_ADMIN_PASSWORD", None)
+        env.pop("COTEAM_VLLM_API_KEY", None)
+        env["VLLM_API_KEY"] = self.api_key
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         if not self.gpu:

@@ -43,7 +43,7 @@ def allow_weak_sandbox(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from agents.models import provision_model, resolve_model
-    from agents.policy import PolicyClient
+    from agents.policy import API_KEY_ENV, PolicyClient
     from agents.server import ServerConfig, VLLMServer
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
@@ -80,7 +80,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"starting vLLM on {server.url} (log: {server.log_path}); about a minute on CPU")
             server.start(wait=False)
             server.wait_healthy(progress=print)
-            client = PolicyClient(server.url, base_model=args.served_name)
+            client = PolicyClient(server.url, base_model=args.served_name, api_key=server.api_key)
+            os.environ[API_KEY_ENV] = server.api_key  # for what this process starts
             server.on_restart.append(client.restore_adapters)
         learner = LearnerWorker(
             client,
@@ -244,7 +245,7 @@ def _episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     stack.callback(server.stop)
     server.start(wait=False)
     server.wait_healthy(progress=lambda line: print(line, file=sys.stderr))
-    client = PolicyClient(server.url, base_model=args.served_name)
+    client = PolicyClient(server.url, base_model=args.served_name, api_key=server.api_key)
     server.on_restart.append(client.restore_adapters)  # a restarted server has no adapters
     return client
 

@@ -133,7 +133,7 @@ def coteam_part(model_path, args) -> dict:
         client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
         return bench_coteam(model_path, client, args)
     with VLLMServer(ServerConfig(model=str(model_path), agents=AGENTS)) as server:
-        return bench_coteam(model_path, PolicyClient(server.url), args)
+        return bench_coteam(model_path, PolicyClient(server.url, api_key=server.api_key), args)
 
 
 # -- TRL and comlrl: run in the bench environment --------------------------------------------

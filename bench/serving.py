@@ -123,7 +123,7 @@ def main() -> None:
         client = PolicyClient(args.vllm_url)
     else:
         server = VLLMServer(ServerConfig(model=str(model_path), agents=1)).start()
-        client = PolicyClient(server.url)
+        client = PolicyClient(server.url, api_key=server.api_key)
     try:
         vl = bench_vllm(client, args.tokens)
     finally:

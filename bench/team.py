@@ -105,7 +105,11 @@ def main() -> None:
             config = ServerConfig(model=str(provision_model(args.model)), agents=2)
             with VLLMServer(config) as server:
                 rows = measure(
-                    PolicyClient(server.url), args.problems, args.repeats, args.max_tokens, db
+                    PolicyClient(server.url, api_key=server.api_key),
+                    args.problems,
+                    args.repeats,
+                    args.max_tokens,
+                    db,
                 )
         report(rows)
 

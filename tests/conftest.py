@@ -9,7 +9,7 @@ import psutil  # noqa: E402
 import pytest  # noqa: E402
 
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.policy import PolicyClient  # noqa: E402
+from agents.policy import API_KEY_ENV, PolicyClient  # noqa: E402
 from agents.server import ServerConfig, VLLMServer  # noqa: E402
 
 
@@ -36,6 +36,8 @@ def vllm_server(model_path, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
     server = VLLMServer(ServerConfig(model=str(model_path), agents=4), log_path=log_path)
     server.start()
+    # `coteam serve --vllm-url` subprocesses of the tests reach this server with its key
+    os.environ[API_KEY_ENV] = server.api_key
     yield server
     pgid = server._proc.pid
     server.stop()
@@ -44,4 +46,4 @@ def vllm_server(model_path, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def policy(vllm_server):
-    return PolicyClient(vllm_server.url)
+    return PolicyClient(vllm_server.url, api_key=vllm_server.api_key)

@@ -142,3 +142,14 @@ def test_check_refuses_unreadable_input_with_a_clear_message(tmp_path, capsys):
         == 1
     )
     assert "the code does not parse: line 1" in capsys.readouterr().err
+
+
+def test_each_vllm_server_gets_a_fresh_api_key_and_no_admin_password(monkeypatch):
+    from agents.server import ServerConfig, VLLMServer
+
+    monkeypatch.setenv("COTEAM_ADMIN_PASSWORD", "hunter2")
+    first, second = VLLMServer(ServerConfig(model="m")), VLLMServer(ServerConfig(model="m"))
+    environment = first.environment()
+    assert "COTEAM_ADMIN_PASSWORD" not in environment
+    assert environment["VLLM_API_KEY"] == first.api_key != second.api_key
+    assert len(first.api_key) >= 32

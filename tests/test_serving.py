@@ -130,3 +130,17 @@ def test_no_orphans_when_coteam_is_killed(model_path, tmp_path):
     while process_group_alive(pgid):
         assert time.monotonic() < deadline, "vLLM processes outlived CoTeam"
         time.sleep(1)
+
+
+def test_the_server_answers_only_with_its_key_and_holds_no_admin_secret(vllm_server, policy):
+    import httpx
+
+    assert httpx.get(f"{vllm_server.url}/v1/models", timeout=10).status_code == 401
+    intruder = {"lora_name": "intruder", "lora_path": "/nonexistent"}
+    response = httpx.post(f"{vllm_server.url}/v1/load_lora_adapter", json=intruder, timeout=60)
+    assert response.status_code == 401
+    assert policy.models()  # the app's own client, with the key, is served
+    server = psutil.Process(vllm_server._proc.pid)
+    assert server.environ()["VLLM_API_KEY"] == vllm_server.api_key
+    assert "COTEAM_ADMIN_PASSWORD" not in server.environ()
+    assert vllm_server.api_key not in " ".join(server.cmdline())  # others can read a cmdline
