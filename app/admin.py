@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import logging
 import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,7 +49,49 @@ ADAPTER_COLUMNS = [
 ]
 RUN_COLUMNS = ["run", "trigger", "state", "progress", "started", "message"]
 POLL_S = 2.0
-WRONG_PASSWORD_DELAY_S = 1.0  # slows down guessing
+WRONG_PASSWORD_DELAY_S = 1.0  # slows down guessing; doubles with each failure in a row
+MAX_BACKOFF_S = 60.0
+MAX_LOGIN_FAILURES = 10  # in a row from one address: it is locked out for LOCKOUT_S
+LOCKOUT_S = 900.0
+
+log = logging.getLogger(__name__)
+
+
+class LoginThrottle:
+    """Wrong admin passwords per client address. After n failures in a row the next attempt must
+    wait WRONG_PASSWORD_DELAY_S·2^(n−1) s (at most MAX_BACKOFF_S); MAX_LOGIN_FAILURES in a row lock
+    the address out for LOCKOUT_S. Every failure is logged."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._failures: dict[str, tuple[int, float]] = {}  # address -> (in a row, last time)
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def wait_s(self, client: str) -> float:
+        """Seconds before `client` may try again (0: now)."""
+        with self._lock:
+            count, last = self._failures.get(client, (0, 0.0))
+        if count == 0:
+            return 0.0
+        if count >= MAX_LOGIN_FAILURES:
+            pause = LOCKOUT_S
+        else:
+            pause = min(WRONG_PASSWORD_DELAY_S * 2 ** (count - 1), MAX_BACKOFF_S)
+        return max(0.0, last + pause - self._clock())
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            count = self._failures.get(client, (0, 0.0))[0] + 1
+            self._failures[client] = (count, self._clock())
+        log.warning("admin login failed from %s (%d in a row)", client, count)
+        if count == MAX_LOGIN_FAILURES:
+            log.warning("admin login locked for %s for %.0f s", client, LOCKOUT_S)
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            self._failures.pop(client, None)
+
+
 REFUSED_UNCONFIGURED = (
     "Refused: no admin password is configured for this app (set COTEAM_ADMIN_PASSWORD or "
     "--admin-password-file)."
@@ -273,6 +317,7 @@ def read_report(ctx: AppContext, name: str | None) -> tuple[str, list[str]]:
 class AdminTab:
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
+        self.throttle = LoginThrottle()
         self.eval_job: EvalJob | None = None
         self.eval_lock = threading.Lock()
 
@@ -605,16 +650,24 @@ class AdminTab:
         )
 
     # -- events ----------------------------------------------------------------------------
-    def log_in(self, password: str):
-        """Check the password; open the panels only when it is the configured one."""
+    def log_in(self, password: str, request: gr.Request = None):
+        """Check the password; open the panels only when it is the configured one. Wrong
+        passwords from one address slow it down, then lock it out (`LoginThrottle`)."""
         locked = (False, gr.update(visible=False), gr.Timer(active=False))
         if not self.ctx.admin_password:
             return locked[0], REFUSED_UNCONFIGURED, *locked[1:]
         if not password:
             return locked[0], "Refused: type the admin password first.", *locked[1:]
+        client = request.client.host if request is not None and request.client else "unknown"
+        wait = self.throttle.wait_s(client)
+        if wait > 0:
+            message = f"Refused: too many wrong passwords; try again in {wait:.0f} s."
+            return locked[0], message, *locked[1:]
         if not self.ctx.password_ok(password):
+            self.throttle.failed(client)
             time.sleep(WRONG_PASSWORD_DELAY_S)
             return locked[0], "Refused: wrong password.", *locked[1:]
+        self.throttle.succeeded(client)
         return True, "Unlocked.", gr.update(visible=True), gr.Timer(active=True)
 
     def refresh_all(self, admin_ok: bool):

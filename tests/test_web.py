@@ -2,6 +2,8 @@
 vLLM, a real SQLite file in a temp folder is the store. (tests/test_browser.py drives the same
 page in Chromium against the real server.)"""
 
+from types import SimpleNamespace
+
 import gradio as gr
 import pytest
 
@@ -355,3 +357,29 @@ def test_the_whole_page_builds_with_a_queue_for_episodes(ctx):
     demo = build_app(ctx)
     runs = [d for d in demo.fns.values() if d.concurrency_id == "episodes"]
     assert len(runs) == 2 and all(d.concurrency_limit == 4 for d in runs)
+
+
+def test_wrong_admin_passwords_back_off_then_lock_the_address_out(ctx, monkeypatch, caplog):
+    import app.admin
+
+    monkeypatch.setattr("app.admin.WRONG_PASSWORD_DELAY_S", 0.01)
+    admin = built(ctx, AdminTab(ctx))
+    clock = [1000.0]
+    admin.throttle = app.admin.LoginThrottle(clock=lambda: clock[0])
+    attacker = SimpleNamespace(client=SimpleNamespace(host="10.0.0.9"))
+    owner = SimpleNamespace(client=SimpleNamespace(host="10.0.0.1"))
+    ok, message, *_ = admin.log_in("guess1", attacker)
+    assert "wrong password" in message
+    ok, message, *_ = admin.log_in("s3cret", attacker)  # even the right one waits its turn
+    assert ok is False and "too many wrong passwords" in message
+    for n in range(2, app.admin.MAX_LOGIN_FAILURES + 1):
+        clock[0] += app.admin.MAX_BACKOFF_S
+        assert "wrong password" in admin.log_in(f"guess{n}", attacker)[1]
+    clock[0] += app.admin.MAX_BACKOFF_S * 2
+    ok, message, *_ = admin.log_in("s3cret", attacker)
+    assert ok is False and "too many wrong passwords" in message  # locked out
+    assert admin.log_in("s3cret", owner)[0] is True  # another address is not
+    clock[0] += app.admin.LOCKOUT_S
+    assert admin.log_in("s3cret", attacker)[0] is True
+    failures = [r for r in caplog.records if "admin login failed from 10.0.0.9" in r.getMessage()]
+    assert len(failures) == app.admin.MAX_LOGIN_FAILURES
