@@ -14,6 +14,7 @@ import datetime as dt
 import html
 import logging
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -318,6 +319,7 @@ class AdminTab:
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
         self.throttle = LoginThrottle()
+        self._last_export: Path | None = None
         self.eval_job: EvalJob | None = None
         self.eval_lock = threading.Lock()
 
@@ -900,9 +902,14 @@ class AdminTab:
 
     def export_data(self, admin_ok: bool, fmt: str):
         self.require(admin_ok)
-        out = Path(tempfile.mkdtemp(prefix="coteam-export-"))
+        if self._last_export is not None:  # one export on disk at a time: it holds private data
+            shutil.rmtree(self._last_export, ignore_errors=True)
+        out = Path(tempfile.mkdtemp(prefix="coteam-export-"))  # 0700
+        self._last_export = out
         with store.open_db(self.ctx.db_path) as db:
             counts = export_dataset(db, fmt, out, progress=False)
+        for path in out.iterdir():
+            path.chmod(0o600)
         gr.Info("Export ready")
         message = f"✓ Exported {counts['episodes']} episode(s) and {counts['preferences']} preference pair(s)."
         return message, [counts["episodes_path"], counts["preferences_path"]]

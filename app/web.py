@@ -29,7 +29,8 @@ OTHER_SLOTS = 8  # ratings, history pages, admin reads: quick, a few at a time p
 
 def build_app(ctx: AppContext) -> gr.Blocks:
     """The whole page for `ctx`'s server, database, learner and admin password."""
-    with gr.Blocks(title="CoTeam", analytics_enabled=False) as demo:
+    # Gradio's copies of served files (exports among them) are deleted after an hour
+    with gr.Blocks(title="CoTeam", analytics_enabled=False, delete_cache=(600, 3600)) as demo:
         gr.Markdown(
             "# CoTeam\nCo-write or co-code with a team of LLM agents; rate what they make and "
             f"the team learns from it. Model server: `{ctx.client.base_url}`.",

@@ -2,6 +2,8 @@
 vLLM, a real SQLite file in a temp folder is the store. (tests/test_browser.py drives the same
 page in Chromium against the real server.)"""
 
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
@@ -330,6 +332,12 @@ def test_admin_export_registry_and_eval_report(ctx, tmp_path):
     admin = built(ctx, AdminTab(ctx))
     message, files = admin.export_data(True, "jsonl")
     assert "1 episode(s)" in message and all(f.endswith(".jsonl") for f in files)
+    folder = Path(files[0]).parent
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert all(Path(f).stat().st_mode & 0o777 == 0o600 for f in files)
+    _, again = admin.export_data(True, "jsonl")
+    assert not folder.exists() and Path(again[0]).exists()  # one export on disk at a time
+    shutil.rmtree(Path(again[0]).parent)
     assert "Choose a version" in admin.promote_version(True, None)[0]
     assert "no active adapter to roll back" in admin.rollback_agent(True, 0)[0]
     ctx.eval_dir = tmp_path / "eval"
