@@ -42,6 +42,25 @@ RATING_FILTERS = {
 }
 
 
+MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
+
+
+def row_id(value: float | int | str, what: str) -> int:
+    """A row number typed into the page, or ValueError with a message for the page (NaN,
+    fractions and numbers past SQLite's integers would otherwise fail deep in the store)."""
+    try:
+        number = float(value) if not isinstance(value, int) else value
+        if isinstance(number, float):
+            if not number.is_integer():
+                raise ValueError
+            number = int(number)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"the {what} must be a whole number, not {str(value)[:40]!r}") from None
+    if not 1 <= number <= MAX_ROW_ID:
+        raise ValueError(f"the {what} must be between 1 and {MAX_ROW_ID:,}")
+    return number
+
+
 def episode_filters(
     kind: str, shape: str, rated: str, adapter: str, status: str, task_id: float | None
 ) -> dict:
@@ -54,7 +73,10 @@ def episode_filters(
     if status not in ("any", "", None):
         filters["status"] = status
     if task_id:
-        filters["task_id"] = int(task_id)
+        try:
+            filters["task_id"] = row_id(task_id, "task number")
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
     match = re.fullmatch(r"agent(\d+)-(?:v(\d+)|base)", adapter or "")
     if match:
         filters["adapter"] = (int(match.group(1)), int(match.group(2) or 0))
@@ -287,9 +309,13 @@ class HistoryTab:
     def open_episode(self, episode_id: float | None) -> str:
         if not episode_id:
             return "Type an episode number, or click a row of the table."
+        try:
+            number = row_id(episode_id, "episode number")
+        except ValueError as e:
+            return f"⚠ {str(e)[0].upper()}{str(e)[1:]}."
         with store.open_db(self.ctx.db_path) as db:
             try:
-                episode = store.get_episode(db, int(episode_id))
+                episode = store.get_episode(db, number)
             except store.NotFound:
-                return f"⚠ There is no episode {int(episode_id)}."
+                return f"⚠ There is no episode {number}."
         return episode_markdown(episode)

@@ -288,6 +288,12 @@ def test_history_filters_and_the_full_episode(ctx):
     assert "helper-function author" in text  # agent 0's observation
     assert "sorted(numbers)" in text and "score 5/5" in text
     assert "no episode 999" in history.open_episode(999)
+    # numbers a store cannot hold get a message, not an OverflowError
+    assert "between 1 and" in history.open_episode(2**63)
+    assert "whole number" in history.open_episode(float("nan"))
+    assert "whole number" in history.open_episode(1.5)
+    with pytest.raises(gr.Error, match="task number must be between 1 and"):
+        episode_filters("any", "any", "any", "any", "any", 10**400)
     with store.open_db(ctx.db_path) as db:
         assert episode_markdown(store.get_episode(db, episode_id)) == text
 
