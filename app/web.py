@@ -18,6 +18,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from agents.sandbox import isolation_level
 from app.admin import AdminTab
 from app.context import AppContext
 from app.cowork import CoworkTab
@@ -36,6 +37,9 @@ def build_app(ctx: AppContext) -> gr.Blocks:
             f"the team learns from it. Model server: `{ctx.client.base_url}`.",
             elem_id="header",
         )
+        level, layers = isolation_level()
+        if level != "full":  # shown to everyone: their code runs with this sandbox
+            gr.Markdown(f"⚠ **Weak sandbox**: {layers}.", elem_id="sandbox-warning")
         cowrite, cocode = CoworkTab(ctx, "writing"), CoworkTab(ctx, "coding")
         history, admin = HistoryTab(ctx), AdminTab(ctx)
         with gr.Tabs():

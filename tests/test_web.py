@@ -2,6 +2,7 @@
 vLLM, a real SQLite file in a temp folder is the store. (tests/test_browser.py drives the same
 page in Chromium against the real server.)"""
 
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -371,6 +372,18 @@ def test_the_whole_page_builds_with_a_queue_for_episodes(ctx):
     demo = build_app(ctx)
     runs = [d for d in demo.fns.values() if d.concurrency_id == "episodes"]
     assert len(runs) == 2 and all(d.concurrency_limit == 4 for d in runs)
+
+
+def test_the_page_warns_everyone_when_the_sandbox_is_weak(ctx, monkeypatch):
+    from agents import sandbox
+
+    def warnings(demo):
+        return [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sandbox-warning"]
+
+    assert warnings(build_app(ctx)) == [] or os.geteuid() != 0
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    (banner,) = warnings(build_app(ctx))
+    assert "Weak sandbox" in banner.value and "generated code is refused" in banner.value
 
 
 def test_wrong_admin_passwords_back_off_then_lock_the_address_out(ctx, monkeypatch, caplog):
