@@ -2,17 +2,20 @@
 
 The task's expected values are odd numbers (31337, ...) that no honest `add` returns: a forger
 can only pass by reading them, which the runner must make impossible, or by fooling the runner's
-reading of the sandbox's output. Every attack must score 0 of 3, through `run_tests` and through
-the learner's coding reward; a program that knows the answers scores 3 of 3, so the runner can
+reading of the sandbox's output. Every attack must score 0 of 3, through `run_tests`, the
+team's check of a turn and the learner's coding reward; a program that knows the answers scores 3 of 3, so the runner can
 tell them apart.
 """
 
 import json
 import textwrap
+from dataclasses import replace
 
 import pytest
 
+from agents.feedback import sandbox_check
 from agents.sandbox import SandboxResult
+from agents.tasks import Task
 from agents.testrun import (
     COMPARED,
     INSIDE,
@@ -203,6 +206,9 @@ def test_forging_programs_score_nothing(name):
     reward = coding_reward("", program, TESTS, "add", program=program, timeout=2.0)
     assert reward["asserts_passed"] == 0.0 and reward["tests"] == 0.0, reward
     assert reward["total"] <= CODING_MAX
+    task = Task(kind="coding", form="user", prompt="add", source="test", entry_point="add")
+    check = sandbox_check(program, replace(task, tests=TESTS))  # the team's verdict on a turn
+    assert not check.passed and check.tests_passed == 0
 
 
 def test_a_run_reports_each_tests_kind_and_weighs_inside_tests_less():
