@@ -20,6 +20,12 @@ ones that were active for a run):
 - mounts (root only): a private mount namespace with a size-capped tmpfs as the working folder and
   over /tmp, /var/tmp, /dev/shm and /run/lock, so the program cannot fill the host's disk or leave
   files behind; it all vanishes with the last process.
+- ipc and pid (root only): private System V IPC; the program is pid 1 of its own PID namespace
+  with its own /proc (host processes are invisible), and everything it left ends with it.
+- cgroup (root, where the host has a writable cgroup file system): memory of the whole run
+  (memfd and tmpfs included) and its process count (`RunCgroups`).
+- syscall filter (pyseccomp over libseccomp): no nested namespaces, mounts, SysV IPC, keys,
+  ptrace, bpf, io_uring (`REFUSED_SYSCALLS`).
 - rlimits: CPU seconds (SIGXCPU), address space (MemoryError), processes, file size, open files,
   no core dumps; no_new_privs so setuid binaries cannot raise privileges.
 - parent: a wall-clock deadline and a cap on the bytes read from stdout+stderr; either kills all.
@@ -30,7 +36,8 @@ ones that were active for a run):
 
 The throw-away uid cannot enter /root, where the app's interpreter may live; the program then runs
 on the system's /usr/bin/python3 (probed once: `SandboxResult.interpreter` says which).
-Run as an ordinary user, the sandbox has no uid or mount layer and sets no RLIMIT_NPROC (it would
+Run as an ordinary user, the sandbox refuses unless WEAK_SANDBOX_ENV is "1"; then it has no uid,
+mount, pid or cgroup layer and sets no RLIMIT_NPROC (it would
 count the app's own processes): the audit hook is then what stops forks, and a process that leaves
 the group with setsid() can outlive the run. Not covered by any layer: reading world-readable files.
 """
@@ -152,7 +159,7 @@ def isolation_level() -> tuple[str, str]:
         cgroups.remove()
     layers = [
         "throw-away uid",
-        "network, IPC and mount namespaces",
+        "network, IPC, mount and PID namespaces",
         "cgroup memory and process limits" if cgroups else "no cgroup (per-process rlimits only)",
         "syscall filter" if _seccomp_config() else "no syscall filter (pyseccomp missing)",
     ]
@@ -235,8 +242,8 @@ _LAUNCHER = r"""
 import ctypes, json, os, resource, sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-CLONE_NEWIPC = 0x08000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 
 cfg = json.loads(sys.argv[1])
@@ -283,6 +290,27 @@ try:
                 os.chown(path, uid, uid)
             layers.append("mounts: private %d MiB tmpfs folder; 4 MiB tmpfs over /tmp, "
                           "/var/tmp, /dev/shm, /run/lock" % cfg["disk_mb"])
+            if libc.unshare(CLONE_NEWPID) == 0:
+                child = os.fork()
+                if child:  # this launcher waits outside the namespace and ends as its child did
+                    os.close(status_fd)
+                    null = os.open(os.devnull, os.O_RDWR)
+                    for fd in (0, 1, 2):
+                        os.dup2(null, fd)
+                    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                    status = os.waitpid(child, 0)[1]
+                    if os.WIFSIGNALED(status):
+                        import signal
+                        signum = os.WTERMSIG(status)
+                        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+                            signal.signal(signum, signal.SIG_DFL)
+                        os.kill(os.getpid(), signum)
+                    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+                # pid 1 of a new namespace: when it ends, the kernel ends every process it left
+                check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                 None), "mount /proc")
+                layers.append("pid: own PID namespace and /proc (host processes are invisible; "
+                              "all of it ends with the program)")
     elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
         layers.append("network: empty network namespace (user namespace)")
         layers.append("ipc: private System V IPC namespace (user namespace)")
