@@ -9,8 +9,11 @@ keeping them would fail a module whose functions are right (on our 0.5B model jo
 texts passed 17/32 HumanEval problems, keeping only definitions 28/32; see RESEARCH.md).
 Assignments that call the team's own functions are example runs and are dropped too. Imports
 are merged at the top, after the problem's own code (its imports and the helpers it gives). A
-function defined by several agents is taken from the agent whose role owns it, else from the
-last agent that wrote it (as Python itself would); the problem's own helpers are never replaced.
+function that a role owns is taken from that role's agent only: another agent's copy is a role
+violation, reported on its part and never used, not even when the owner wrote none (so the
+helper author's copy of the entry function earns nothing, and neither does an entry author's own
+`aux`). A function no role owns is taken from the last agent that wrote it (as Python itself
+would); the problem's own helpers are never replaced.
 
 `concat_code` is the naive join of the `naive_concat` baseline: the code of every part as it
 is, one after another.
@@ -36,6 +39,7 @@ class PartReport:
     defines: list[str] = field(default_factory=list)  # functions and classes kept from it
     replaced: list[str] = field(default_factory=list)  # its functions a teammate's version replaced
     dropped: list[str] = field(default_factory=list)  # statements removed, e.g. "line 9: assert"
+    violations: list[str] = field(default_factory=list)  # functions it wrote that others own
     syntax_error: str | None = None  # why it did not parse, and how much of it was kept
 
 
@@ -110,6 +114,7 @@ def _calls(node: ast.AST) -> set[str]:
     }
 
 
+NOBODY = -1  # a function whose owner did not write it: no one's copy is kept
 DEFINITION = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 IMPORT = ast.Import | ast.ImportFrom
 
@@ -140,14 +145,23 @@ def combine_code(
         for node in tree.body:
             if isinstance(node, DEFINITION) and agent not in writers.setdefault(node.name, []):
                 writers[node.name].append(agent)
-    chosen, notes = {}, []
+    owned_by = {name: agent for agent, names in enumerate(owners) for name in names}
+    chosen: dict[str, int | None] = {}
+    notes = []
     for name, agents in writers.items():
         if name in given_names:
             chosen[name] = None
             notes.append(f"`{name}` is given by the problem; agent(s) {agents} redefined it")
             continue
-        owning = [a for a in agents if name in owners[a]]
-        chosen[name] = (owning or agents)[-1]
+        owner = owned_by.get(name)
+        if owner is not None:
+            chosen[name] = owner if owner in agents else NOBODY
+            for agent in agents:
+                if agent != owner:
+                    reports[agent].violations.append(name)
+                    notes.append(f"`{name}` is agent {owner}'s part; agent {agent}'s copy unused")
+            continue
+        chosen[name] = agents[-1]
         if len(agents) > 1:
             notes.append(f"`{name}` was written by agents {agents}; kept agent {chosen[name]}'s")
 
@@ -165,7 +179,8 @@ def combine_code(
                     body.append(_segment(lines, node))
                     report.defines.append(node.name)
                 elif (
-                    chosen.get(node.name) not in (agent, None) and node.name not in report.replaced
+                    chosen.get(node.name) not in (agent, None, NOBODY)
+                    and node.name not in report.replaced + report.violations
                 ):
                     report.replaced.append(node.name)
             elif isinstance(node, ast.Assign | ast.AnnAssign) and not (

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from agents.combine import CombinedCode
 from agents.roles import Role
 from agents.tasks import Task
-from agents.testrun import run_tests
+from agents.testrun import TestReport, run_tests
 
 MAX_OVERLAP = 0.5  # content-word Jaccard overlap above which two sections count as repeating
 MAX_MESSAGES = 5  # test failures shown to the agents per turn
@@ -47,6 +47,7 @@ class CodeCheck:
     tests_passed: int = 0
     tests_total: int = 0
     messages: list[str] = field(default_factory=list)
+    report: TestReport | None = None  # the test run, kept so the episode is scored without rerun
 
 
 CodeChecker = Callable[[str, Task], CodeCheck]
@@ -82,6 +83,7 @@ def sandbox_check(code: str, task: Task) -> CodeCheck:
         tests_passed=report.passed,
         tests_total=report.total,
         messages=messages,
+        report=report,
     )
 
 
@@ -92,6 +94,7 @@ class Assessment:
     success: bool
     feedback: list[str]  # one text per agent ("" when there is nothing to say)
     details: dict  # for the record: test counts, syntax errors, notes
+    report: TestReport | None = None  # coding: the checker's test run on the joined module
 
 
 CUT_OFF = "Your answer was cut off at the token limit: write less (no explanations or examples)."
@@ -127,6 +130,9 @@ def assess_code(
         for name in role.owns:
             if name not in combined.defines:
                 notes.append(f"Your part does not define `{name}`.")
+        if part.violations:
+            names = ", ".join(f"`{name}`" for name in part.violations)
+            notes.append(f"You wrote {names}, a teammate's part: it was not used. Write only yours.")
         if part.replaced:
             names = ", ".join(f"`{name}`" for name in part.replaced)
             notes.append(f"Your {names} was not used: another version was kept.")
@@ -154,7 +160,9 @@ def assess_code(
         "notes": combined.notes,
         "syntax_errors": {p.agent: p.syntax_error for p in combined.parts if p.syntax_error},
     }
-    return Assessment(success=combined.ok and check.passed, feedback=feedback, details=details)
+    return Assessment(
+        success=combined.ok and check.passed, feedback=feedback, details=details, report=check.report
+    )
 
 
 def content_words(text: str) -> set[str]:

@@ -48,6 +48,7 @@ import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
 from agents.policy import Completion, Request
+from agents.sandbox import TestReport
 from agents.roles import (
     FEEDBACK,
     NO_FEEDBACK,
@@ -253,6 +254,7 @@ def environment(team: Team, state: TeamState) -> dict:
         "feedback": verdict.feedback,
         "details": verdict.details,
         "output": state["output"],
+        "report": verdict.report,
     }
     get_stream_writer()({"event": "turn_end", **record, "done": done})
     return {
@@ -386,6 +388,12 @@ class EpisodeResult:
     turns: int
     wall_time_s: float
     assessments: list[dict] = field(default_factory=list)
+    token_budget: int = 256  # a single agent's output-token budget: per-call limit × turn limit
+
+    @property
+    def test_report(self) -> TestReport | None:
+        """The environment's test run on the final output (None if its checker ran no tests)."""
+        return self.assessments[-1].get("report") if self.assessments else None
 
     def final_steps(self) -> list[Step]:
         """Each agent's last call, by agent index: the parts the final output was made from."""
@@ -549,6 +557,7 @@ def run_episode(
         turns=len(state["assessments"]),
         wall_time_s=wall_time_s,
         assessments=state["assessments"],
+        token_budget=sampling.max_tokens * turns,
     )
     emit({"event": "episode_end", "episode_id": episode_id, "result": result})
     return result

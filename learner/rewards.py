@@ -1,16 +1,22 @@
-"""Rewards: plain functions, each testable alone, each returning its components by name.
+"""Rewards: plain functions, each testable alone, each returning its components by name, and one
+function that scores an episode with them (`score_episode`).
 
-- `coding_reward`: MAGRPO's level-based score for a helper + entry function pair (max 4.0): helper
-  defined, entry defined, program parses, fraction of test asserts passed, cooperation.
+- `coding_reward`: MAGRPO's levels for a team's code (helper author defines its function, entry
+  author defines the entry, the module parses, fraction of test asserts passed), cooperation only
+  when the entry function calls (`ast.Call`) the function its helper author wrote, and the share
+  of agents that wrote another agent's part (a role violation).
 - `writing_reward`: length structure per role, balance between the parts, consistency (cosine of
   all-MiniLM-L6-v2 sentence embeddings), redundancy between parts, and agreement with a reference
   (ROUGE-1, ROUGE-L, embedding similarity) when there is one.
-- `joint_reward`: R = w_q·quality + w_s·speed + w_c·coordination with a human rating blended into
-  quality when there is one; the weights used are recorded with the result.
+- `joint_reward`: the one combiner, R = w_q·quality + w_c·coordination + w_s·speed·quality
+  − w_v·role_violations, with every weight in `RewardWeights`; `blend_human` the one formula that
+  mixes a person's rating into R.
+- `score_episode`: the one call that scores (and, given a database, records) a finished episode;
+  the app, training, evaluation and the promotion gate all use it.
 
-Every component is a float; `quality` and `coordination` of the task rewards and `speed` are in
-[0, 1], so R lies in [0, w_q + w_s + w_c] (the default weights sum to 1). The dicts go to the
-store's rewards table as (component, value) rows as they are.
+Every component is a float; `quality`, `coordination`, `speed` and `role_violations` are in
+[0, 1], so R lies in [−w_v, w_q + w_c + w_s]. The dicts go to the store's rewards table as
+(component, value) rows as they are.
 """
 
 from __future__ import annotations
@@ -22,70 +28,154 @@ import os
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
+from sqlite_utils import Database
 
 from agents.testrun import TestReport, run_tests
 
-# -- coding (MAGRPO's reward, as in its authors' code) ---------------------------------------------
+# -- the one configuration of the reward ----------------------------------------------------------
 
-CODING_MAX = 4.0
-HELPER_DEFINED = 0.4  # the helper is defined and returns something
-ENTRY_DEFINED = 0.6  # the entry function is defined and returns something (else stop)
-PARSES = 0.5  # the joined program parses (else stop)
-TESTS = 1.0  # times the fraction of test asserts passed
-CALLS_HELPER = 0.5  # cooperation, only once a test passes: the entry function uses the helper
-NOT_A_WRAPPER = 1.0  # ... and is more than `return helper(...)`
-RESULT_IGNORED = -0.5  # ... but calls the helper as a bare statement, dropping its result
-COOPERATION_MAX = CALLS_HELPER + NOT_A_WRAPPER
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Every weight of the reward.
+
+    Joint reward: R = quality·q + coordination·c + speed·s·quality − role_violation·v, where v is
+    the share of agents that wrote another agent's part; `human` is the share of R a person's
+    rating takes (`blend_human`).
+    Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
+    `tests` (times the fraction of asserts passed); quality = points earned / points possible.
+    `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test
+    passes (so an all-fail group still ranks a real division of labour above none, while a
+    cooperative wrong answer stays below a correct one).
+    """
+
+    quality: float = 0.6
+    coordination: float = 0.3
+    speed: float = 0.1
+    role_violation: float = 0.3
+    human: float = 0.5
+    helper_defined: float = 0.4
+    entry_defined: float = 0.6
+    parses: float = 0.5
+    tests: float = 1.0
+    cooperation_floor: float = 0.25
+
+    def __post_init__(self):
+        if min(asdict(self).values()) < 0 or self.human > 1 or self.cooperation_floor > 1:
+            raise ValueError("weights must be >= 0; the human share and cooperation floor <= 1")
+
+
+@dataclass(frozen=True)
+class SpeedBudget:
+    """A single agent's output-token budget for the task; None: the episode's own (its per-call
+    token limit times its turn limit, as `EpisodeResult.token_budget` records it)."""
+
+    tokens: int | None = None
+
+
+# -- coding ---------------------------------------------------------------------------------------
+
+THIN_WRAPPER = 0.5  # cooperation left when the entry function is only `return aux(...)`
 
 
 def coding_reward(
-    helper_code: str,
-    entry_code: str,
-    tests: str,
+    codes: Sequence[str],
+    owners: Sequence[Sequence[str]],
     entry_point: str,
-    helper_name: str = "aux",
-    preamble: str = "",
-    program: str | None = None,
-    timeout: float = 10.0,
+    program: str,
     report: TestReport | None = None,
+    tests: str | None = None,
+    weights: RewardWeights = RewardWeights(),  # noqa: B008
 ) -> dict[str, float]:
-    """Score one joint answer to a coding task.
+    """Score a team's code: `codes[i]` is agent i's code (out of its fences), `owners[i]` the
+    functions its role writes, `program` the module the combiner built from them.
 
-    `program` is the module the team's combiner built (default: preamble, helper code and entry
-    code joined); `report` reuses a test run already made on it. Returns each component in reward
-    points, `total` (0 to CODING_MAX), `quality` (fraction of asserts passed) and `coordination`
-    (cooperation points / COOPERATION_MAX), both in [0, 1].
+    `report` is the environment's test run on `program`; without one, `tests` (if given) are run
+    here. Components: the points `helper_defined`, `entry_defined`, `parses`, `tests`; `structure`
+    (definition and parse points over those possible, in [0, 1]); `quality` (all points over
+    those possible); `cooperation` (share of the helper authors' functions that the entry author's
+    function calls and does not define itself; half for a thin wrapper); `coordination`
+    (cooperation · (floor + (1 − floor) · tests passed)); `helper_called` (1 when every helper
+    author's function is called); `role_violations` (share of agents that defined another role's
+    function, nested ones included); `asserts_passed` / `asserts_total`.
     """
-    if program is None:
-        program = "\n\n".join(part for part in (preamble, helper_code, entry_code) if part.strip())
-    r = dict.fromkeys(
-        ["helper_defined", "entry_defined", "parses", "tests", "calls_helper", "not_a_wrapper"],
-        0.0,
+    w = weights
+    entry_owner = _owner(owners, entry_point)
+    entry_code = codes[entry_owner] if entry_owner is not None else "\n\n".join(codes)
+    helpers = [
+        (i, name)
+        for i, names in enumerate(owners)
+        for name in names
+        if i != entry_owner and name != entry_point and not name.startswith("test_")
+    ]
+    r: dict[str, float] = {}
+    r["helper_defined"] = (
+        w.helper_defined * sum(defines_with_return(codes[i], h) for i, h in helpers) / len(helpers)
+        if helpers
+        else 0.0
     )
-    r |= {"helper_result_ignored": 0.0, "asserts_passed": 0.0, "asserts_total": 0.0}
-    r["helper_defined"] = HELPER_DEFINED * defines_with_return(helper_code, helper_name)
-    r["entry_defined"] = ENTRY_DEFINED * defines_with_return(entry_code, entry_point)
-    if r["entry_defined"] and _parses(program):
-        r["parses"] = PARSES
-        if report is None:
-            report = run_tests(program, tests, entry_point, timeout=timeout)
-        r["asserts_passed"], r["asserts_total"] = float(report.passed), float(report.total)
-        r["tests"] = TESTS * report.fraction
-        if report.passed > 0:
-            use = helper_use(
-                entry_code if _parses(entry_code) else program, entry_point, helper_name
-            )
-            r["calls_helper"] = CALLS_HELPER * use["calls"]
-            r["not_a_wrapper"] = NOT_A_WRAPPER * (use["calls"] and not use["thin_wrapper"])
-            r["helper_result_ignored"] = RESULT_IGNORED * use["result_ignored"]
-    cooperation = r["calls_helper"] + r["not_a_wrapper"] + r["helper_result_ignored"]
-    r["total"] = r["helper_defined"] + r["entry_defined"] + r["parses"] + r["tests"] + cooperation
-    r["quality"] = r["tests"] / TESTS
-    r["coordination"] = max(cooperation, 0.0) / COOPERATION_MAX
+    r["entry_defined"] = w.entry_defined * defines_with_return(entry_code, entry_point)
+    r["parses"] = w.parses * bool(r["entry_defined"] and _parses(program))
+    if r["parses"] and report is None and tests:
+        report = run_tests(program, tests, entry_point)
+    passed = report.fraction if r["parses"] and report is not None else 0.0
+    r["tests"] = w.tests * passed
+    r["asserts_passed"] = float(report.passed) if report else 0.0
+    r["asserts_total"] = float(report.total) if report else 0.0
+    definition_points = (w.helper_defined if helpers else 0.0) + w.entry_defined + w.parses
+    earned = r["helper_defined"] + r["entry_defined"] + r["parses"]
+    r["structure"] = earned / definition_points
+    r["quality"] = (earned + r["tests"]) / (definition_points + w.tests)
+
+    own_defs = defined_names(entry_code)
+    uses = [
+        0.0
+        if h in own_defs or not defines_with_return(codes[i], h)
+        else helper_call(entry_code, entry_point, h)
+        for i, h in helpers
+    ]
+    r["cooperation"] = sum(uses) / len(uses) if uses else 0.0
+    r["helper_called"] = float(bool(uses) and all(u > 0 for u in uses))
+    r["coordination"] = r["cooperation"] * (
+        w.cooperation_floor + (1 - w.cooperation_floor) * passed
+    )
+    violators = role_violations(codes, owners)
+    r["role_violations"] = len(violators) / len(codes) if codes else 0.0
     return r
+
+
+def _owner(owners: Sequence[Sequence[str]], name: str) -> int | None:
+    found = [i for i, names in enumerate(owners) if name in names]
+    return found[0] if found else None
+
+
+def role_violations(codes: Sequence[str], owners: Sequence[Sequence[str]]) -> dict[int, list[str]]:
+    """Agent -> the functions it defined (at any depth) that another agent's role owns."""
+    owned_by = {name: i for i, names in enumerate(owners) for name in names}
+    found = {}
+    for i, code in enumerate(codes):
+        theirs = sorted(n for n in defined_names(code) if owned_by.get(n, i) != i)
+        if theirs:
+            found[i] = theirs
+    return found
+
+
+def defined_names(code: str) -> set[str]:
+    """Every function and class `code` defines, nested ones included (a broken reply: the
+    names after `def` found by text)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set(re.findall(r"^\s*def\s+(\w+)\s*\(", code, re.M))
+    return {
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
 
 
 def defines_with_return(code: str, name: str) -> bool:
@@ -102,44 +192,56 @@ def defines_with_return(code: str, name: str) -> bool:
     )
 
 
-def helper_use(entry_code: str, entry_point: str, helper_name: str) -> dict[str, bool]:
-    """How the entry function uses the helper: `calls` (calls it or passes it on),
-    `thin_wrapper` (its body is only `return helper(...)` or `x = helper(...); return x`),
-    `result_ignored` (calls it as a bare statement)."""
-    use = {"calls": False, "thin_wrapper": False, "result_ignored": False}
+def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
+    """How the entry function uses the helper function `helper`: 1 when it calls it (an
+    `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result, 0.5 when
+    its whole body is `return helper(...)`, 0 when it never calls it, only calls it as a bare
+    statement (dropping the result), or binds the name itself (a parameter, a local variable, a
+    nested function), so that the name is not the helper's."""
     try:
         function = _function(ast.parse(entry_code), entry_point)
     except SyntaxError:
         function = None
-    if function is None:
-        return use
-
-    def is_helper_call(node: ast.AST | None) -> bool:
-        return (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == helper_name
-        )
-
-    use["calls"] = any(
-        isinstance(node, ast.Name) and node.id == helper_name and isinstance(node.ctx, ast.Load)
-        for node in ast.walk(function)
+    if function is None or helper in _bound_names(function):
+        return 0.0
+    calls = [
+        n
+        for n in ast.walk(function)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == helper
+    ]
+    passed_on = any(
+        isinstance(arg, ast.Name) and arg.id == helper
+        for n in ast.walk(function)
+        if isinstance(n, ast.Call)
+        for arg in n.args
     )
-    use["result_ignored"] = any(
-        isinstance(node, ast.Expr) and is_helper_call(node.value) for node in ast.walk(function)
-    )
+    dropped = {
+        id(n.value) for n in ast.walk(function) if isinstance(n, ast.Expr) and n.value in calls
+    }
+    if not passed_on and all(id(c) in dropped for c in calls):
+        return 0.0
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
-    match body:
-        case [ast.Return(value=value)]:
-            use["thin_wrapper"] = is_helper_call(value)
-        case [
-            ast.Assign(targets=[ast.Name(id=name)], value=value),
-            ast.Return(value=ast.Name(id=returned)),
-        ]:
-            use["thin_wrapper"] = is_helper_call(value) and name == returned
-    return use
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value in calls:
+        return THIN_WRAPPER
+    return 1.0
+
+
+def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names a function binds locally: parameters, assignments, loop targets, nested defs,
+    imports (a local `aux` hides the module's)."""
+    names = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    for node in ast.walk(function):
+        if node is function:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -342,82 +444,42 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b)) / norm if norm else 0.0
 
 
-# -- the joint reward ------------------------------------------------------------------------------
+# -- the joint reward: the one combiner ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RewardWeights:
-    """R = quality·q + speed·s + coordination·c; `human` is the share of q a human rating takes."""
-
-    quality: float = 0.6
-    speed: float = 0.1
-    coordination: float = 0.3
-    human: float = 0.5
-
-    def __post_init__(self):
-        if min(self.quality, self.speed, self.coordination, self.human) < 0 or self.human > 1:
-            raise ValueError("weights must be >= 0 and the human share at most 1")
-
-
-@dataclass(frozen=True)
-class SpeedBudget:
-    """What a slow episode uses up: the turn limit, output tokens and seconds."""
-
-    turns: int = 2
-    tokens: int = 1024
-    seconds: float = 120.0
-
-
-def speed_score(turns: int, tokens: int, seconds: float, budget: SpeedBudget) -> float:
-    """Mean of three parts in [0, 1]: turns (the first is free: 1 − (turns − 1)/budget),
-    tokens (1 − tokens/budget) and seconds (1 − seconds/budget)."""
-    parts = (
-        1 - (turns - 1) / budget.turns,
-        1 - tokens / budget.tokens,
-        1 - seconds / budget.seconds,
-    )
-    return sum(min(max(p, 0.0), 1.0) for p in parts) / 3
+def speed_score(critical_tokens: int, budget_tokens: int) -> float:
+    """1 − critical-path tokens / a single agent's token budget, clipped to [0, 1]."""
+    if budget_tokens <= 0:
+        raise ValueError(f"the token budget must be positive, got {budget_tokens}")
+    return min(max(1 - critical_tokens / budget_tokens, 0.0), 1.0)
 
 
 def joint_reward(
-    quality: float,
-    coordination: float,
-    turns: int,
-    tokens: int,
-    seconds: float,
-    budget: SpeedBudget = SpeedBudget(),  # noqa: B008
+    components: dict[str, float],
+    speed: float,
     weights: RewardWeights = RewardWeights(),  # noqa: B008
-    human_rating: float | None = None,
-) -> dict[str, float]:
-    """The team's reward for one episode: R = w_q·quality + w_s·speed + w_c·coordination.
-
-    `quality` and `coordination` come from `coding_reward` or `writing_reward`, in [0, 1];
-    `human_rating` (in [0, 1], see `rating_to_unit`) replaces a `weights.human` share of quality.
-    Speed counts only in proportion to quality (speed = speed_score · quality), so a fast empty
-    answer earns nothing. Returns R as `reward`, every input and part, and the weights and budget
-    used (`w_*`, `budget_*`).
-    """
-    for name, value in (("quality", quality), ("coordination", coordination)):
-        if not 0 <= value <= 1:
-            raise ValueError(f"{name} must be in [0, 1], got {value}")
-    r = {"auto_quality": quality, "quality": quality}
-    if human_rating is not None:
-        if not 0 <= human_rating <= 1:
-            raise ValueError(f"human_rating must be in [0, 1], got {human_rating}")
-        r["human_rating"] = human_rating
-        r["quality"] = (1 - weights.human) * quality + weights.human * human_rating
-    r["speed_raw"] = speed_score(turns, tokens, seconds, budget)
-    r["speed"] = r["speed_raw"] * r["quality"]
-    r["coordination"] = coordination
-    r["reward"] = (
-        weights.quality * r["quality"]
-        + weights.speed * r["speed"]
-        + weights.coordination * r["coordination"]
+) -> float:
+    """The one combiner: R = w_q·quality + w_c·coordination + w_s·speed·quality
+    − w_v·role_violations. Speed counts only in proportion to quality, so a fast empty answer
+    earns nothing; `role_violations` is 0 where a task reward has none (writing)."""
+    for name in ("quality", "coordination"):
+        if not 0 <= components[name] <= 1:
+            raise ValueError(f"{name} must be in [0, 1], got {components[name]}")
+    quality = components["quality"]
+    return (
+        weights.quality * quality
+        + weights.coordination * components["coordination"]
+        + weights.speed * speed * quality
+        - weights.role_violation * components.get("role_violations", 0.0)
     )
-    r |= {"turns": turns, "tokens": tokens, "seconds": seconds}
-    r |= {f"w_{k}": v for k, v in asdict(weights).items()}
-    r |= {f"budget_{k}": v for k, v in asdict(budget).items()}
-    return r
+
+
+def blend_human(auto: float | None, rating: float, weight: float) -> float:
+    """The one formula that mixes a person's rating (in [0, 1]) into the automatic reward R:
+    (1 − w_h)·R + w_h·rating, the rating alone when there is no R."""
+    if not 0 <= rating <= 1:
+        raise ValueError(f"a rating must be in [0, 1], got {rating}")
+    return rating if auto is None else (1 - weight) * auto + weight * rating
 
 
 def rating_to_unit(value: float, low: float = 1, high: float = 5) -> float:
@@ -425,50 +487,84 @@ def rating_to_unit(value: float, low: float = 1, high: float = 5) -> float:
     return min(max((value - low) / (high - low), 0.0), 1.0)
 
 
-# -- one team episode ---------------------------------------------------------------------------
+# -- one team episode: the one scoring call -------------------------------------------------------
 
 
-def episode_reward(
+@dataclass
+class Scored:
+    """A scored episode: R, the components it was made from (task reward and speed), the weights
+    and budget used (stored beside them), and the test report the environment made."""
+
+    reward: float
+    components: dict[str, float]
+    weights: dict[str, float]
+    report: TestReport | None = field(default=None, repr=False)
+
+
+def critical_path_tokens(result) -> int:
+    """Output tokens on the episode's critical path: per turn and round, the longest agent's
+    output when agents act at once, every agent's in a pipeline (they wait for each other)."""
+    if result.shape == "sequential_pipeline":
+        return sum(s["completion_tokens"] for s in result.steps)
+    longest: dict[tuple[int, int], int] = {}
+    for s in result.steps:
+        key = (s["turn"], s["round"])
+        longest[key] = max(longest.get(key, 0), s["completion_tokens"])
+    return sum(longest.values())
+
+
+def score_episode(
     result,
     weights: RewardWeights = RewardWeights(),  # noqa: B008
     budget: SpeedBudget = SpeedBudget(),  # noqa: B008
     human_rating: float | None = None,
-    report: TestReport | None = None,
-) -> dict:
-    """The joint reward of one finished episode (`agents.team.EpisodeResult`): the task's reward
-    components under `components`, and `joint_reward`'s parts with R as `reward`. `report` reuses
-    a test run already made on the team's module (coding)."""
+    db: Database | str | Path | None = None,
+) -> Scored:
+    """Score one finished episode (`agents.team.EpisodeResult`) and, given `db` (a connection or a
+    path), record it in the store. Every caller scores through here.
+
+    Coding uses the test report the environment made during the episode (`result.test_report`);
+    the tests run here only when the episode's checker ran none. `human_rating` (in [0, 1]) is
+    blended into R by `blend_human`.
+    """
     from agents.combine import extract_code
 
     task, roles = result.task, result.roles
     texts = [step["text"] for step in result.final_steps()]
-    tokens = sum(step["completion_tokens"] for step in result.steps)
+    report = result.test_report
     if task.kind == "coding":
-        code = [extract_code(text) for text in texts]
-        helper = "\n\n".join(c for r, c in zip(roles, code, strict=True) if "aux" in r.owns)
-        entry = "\n\n".join(
-            c for r, c in zip(roles, code, strict=True) if task.entry_point in r.owns
-        )
+        if report is None and task.tests and _parses(result.output):
+            report = run_tests(result.output, task.tests, task.entry_point)
         components = coding_reward(
-            helper,
-            entry or "\n\n".join(code),  # naive_concat: nobody owns the entry function
-            task.tests or "",
+            [extract_code(text) for text in texts],
+            [role.owns for role in roles],
             task.entry_point,
-            preamble=task.preamble,
-            program=result.output,
-            report=report,
+            result.output,
+            report,
+            weights=weights,
         )
     else:
         bounds = [role.words or (1, 10_000) for role in roles]
-        components = writing_reward(texts, bounds, task.reference)
-    joint = joint_reward(
-        components["quality"],
-        components["coordination"],
-        result.turns,
-        tokens,
-        result.wall_time_s,
-        budget,
-        weights,
-        human_rating,
-    )
-    return {"components": components, **joint}
+        components = dict(writing_reward(texts, bounds, task.reference))
+    critical = critical_path_tokens(result)
+    budget_tokens = budget.tokens or result.token_budget
+    components["critical_tokens"] = float(critical)
+    components["tokens"] = float(sum(s["completion_tokens"] for s in result.steps))
+    components["speed"] = speed_score(critical, budget_tokens)
+    reward = joint_reward(components, components["speed"], weights)
+    if human_rating is not None:
+        components["auto_reward"] = reward
+        components["human_rating"] = human_rating
+        reward = blend_human(reward, human_rating, weights.human)
+    used = {f"w_{k}": float(v) for k, v in asdict(weights).items()}
+    used["budget_tokens"] = float(budget_tokens)
+    scored = Scored(reward, components, used, report)
+    if db is not None:
+        import store
+
+        if isinstance(db, Database):
+            store.record_rewards(db, result.episode_id, components, reward, used)
+        else:
+            with store.open_db(db) as database:
+                store.record_rewards(database, result.episode_id, components, reward, used)
+    return scored

@@ -94,12 +94,25 @@ def test_a_function_comes_from_the_role_that_owns_it():
     owned = combine_code([helper, entry], [("aux",), ("main",)])
     assert "'helper aux'" in owned.code and "return aux(x)" in owned.code
     assert "'entry aux'" not in owned.code and "'helper main'" not in owned.code
-    assert owned.parts[0].replaced == ["main"] and owned.parts[1].replaced == ["aux"]
-    assert any("`main` was written by agents [0, 1]" in n for n in owned.notes)
+    # writing a teammate's part is a role violation, reported as such
+    assert owned.parts[0].violations == ["main"] and owned.parts[1].violations == ["aux"]
+    assert owned.parts[0].replaced == [] and owned.parts[1].replaced == []
+    assert any("`main` is agent 1's part; agent 0's copy unused" in n for n in owned.notes)
     # without owners, the last agent's version wins, as in Python
     last = combine_code([helper, entry])
     assert "'entry aux'" in last.code and "'helper aux'" not in last.code
     assert last.code.count("def aux") == 1 and last.code.count("def main") == 1
+
+
+def test_a_part_is_never_taken_from_a_non_owner_even_when_the_owner_wrote_none():
+    entry = "def main(x):\n    return aux(x)\n\ndef aux(x):\n    return 'entry aux'\n"
+    combined = combine_code(["Sorry, no code.", entry], [("aux",), ("main",)])
+    assert "'entry aux'" not in combined.code and "def aux" not in combined.code
+    assert combined.parts[1].violations == ["aux"]
+    helper = "def aux(x):\n    return x\n\ndef main(x):\n    return 'helper main'\n"
+    combined = combine_code([helper, ""], [("aux",), ("main",)])
+    assert "def main" not in combined.code  # the helper author's copy of the entry: no credit
+    assert combined.parts[0].violations == ["main"]
 
 
 def test_the_problems_own_helpers_are_never_replaced():
