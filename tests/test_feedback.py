@@ -65,7 +65,7 @@ def test_a_reply_cut_off_at_the_token_limit_is_reported():
 def test_a_function_written_for_a_teammate_is_reported():
     helper = "def aux(x):\n    return x\n\ndef has_close_elements(n, t):\n    return False\n"
     verdict = assess(helper, ENTRY_USES_AUX)
-    assert "`has_close_elements` was not used" in verdict.feedback[0]
+    assert "You wrote `has_close_elements`, a teammate's part" in verdict.feedback[0]
     assert "was not used" not in verdict.feedback[1]
 
 
