@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.tasks import Task
+from agents.tasks import Task, entry_signature
 
 SHAPES = ("parallel", "single", "naive_concat", "sequential_pipeline", "one_round_discussion")
 MAX_AGENTS = 4
@@ -40,24 +40,23 @@ PROMPTS: dict[str, str] = {
         + CODE_FORMAT
     ),
     "helper": (
-        "You are the helper-function author in a team of {n} Python programmers. A teammate "
-        "writes the main function `{entry}`. Your job is only the helper function `aux`: a small "
-        "function that does one useful sub-step of the problem below, for `{entry}` to call. "
-        "Give `aux` a one-line docstring saying what it takes and returns. Do not write "
-        "`{entry}`. " + CODE_FORMAT
+        "You are the helper-function author in a team of {n} Python programmers. The team "
+        "divides the work by the interface contract in the message. Your part is only the "
+        "helper function `aux`, with exactly the contract's signature: it does the core "
+        "computation of the problem. A teammate writes `{entry}`, which calls your `aux`. Do "
+        "not write `{entry}`, tests or examples. " + CODE_FORMAT
     ),
     "helper2": (
-        "You are the second helper-function author in a team of {n} Python programmers. A "
-        "teammate writes the main function `{entry}`, another the helper `aux`. Your job is only "
-        "the helper function `aux2`: a small function that does a different useful sub-step of "
-        "the problem below, for `{entry}` to call. Give `aux2` a one-line docstring saying what "
-        "it takes and returns. Do not write `{entry}` or `aux`. " + CODE_FORMAT
+        "You are the second helper-function author in a team of {n} Python programmers. The "
+        "team divides the work by the interface contract in the message. Your part is only the "
+        "helper function `aux2`, with exactly the contract's signature. Teammates write `{entry}` "
+        "and `aux`. Do not write `{entry}` or `aux`. " + CODE_FORMAT
     ),
     "entry": (
-        "You are the main-function author in a team of {n} Python programmers. Write the "
-        "function `{entry}` that solves the problem below. Your teammates write the helper "
-        "functions {helpers}, each doing a sub-step of the problem; call them where they help, "
-        "and do not define them yourself. " + CODE_FORMAT
+        "You are the main-function author in a team of {n} Python programmers. The team divides "
+        "the work by the interface contract in the message. Your part is only `{entry}`: it "
+        "handles special cases and calls your teammates' {helpers} (they will be in the same "
+        "module) for the rest. Do not define {helpers} yourself. " + CODE_FORMAT
     ),
     "tester": (
         "You are the tester in a team of {n} Python programmers. Your teammates write `{entry}` "
@@ -141,9 +140,10 @@ PROMPTS: dict[str, str] = {
 # The line that closes each role's user message: what to write, now.
 ASKS: dict[str, str] = {
     "solo": "Now write the complete function `{entry}`.",
-    "helper": "Now write only the helper function `aux`, not `{entry}`.",
-    "helper2": "Now write only the helper function `aux2`, not `{entry}` or `aux`.",
-    "entry": "Now write only the function `{entry}`; call {helpers} in it.",
+    "helper": "Now write only `def aux({params}):`, not `{entry}`.",
+    "helper2": "Now write only `def aux2({params}):`, not `{entry}` or `aux`.",
+    "entry": "Now write only `def {entry}({params}):`, calling `aux({params})`; do not define "
+    "`aux`.",
     "tester": "Now write only the test function `test_{entry}()`.",
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
@@ -244,6 +244,18 @@ OWNS = {
 
 # -- the frames around what an agent sees ----------------------------------------------------
 
+# The interface contract every coding agent sees: each role's function, signature and purpose,
+# made by the environment from the task (no planning call: nothing to wait for or to count).
+CONTRACT_PURPOSES = {
+    "helper": "the core computation of the problem; returns the value `{entry}` needs",
+    "helper2": "a second, different sub-step of the problem that `{entry}` needs",
+    "entry": "handles special cases (such as empty input), calls {helper_calls} for the core "
+    "computation and returns the answer",
+    "tester": "checks `{entry}` with assert statements",
+}
+CONTRACT = "The team's division of the work (interface contract):\n{lines}\nYour part: {own}."
+CONTRACT_LINE = "- {title}: `def {function}({params})`: {purpose}"
+
 TASK_FRAMES = {
     "coding": "Problem:\n```python\n{prompt}```",
     "summary": "Article:\n{prompt}",
@@ -277,6 +289,7 @@ class Role:
     ask: str
     owns: tuple[str, ...] = ()
     words: tuple[int, int] | None = None
+    contract: str = ""  # coding: the team's interface contract, naming this agent's part
 
 
 def fill(template: str, **values: object) -> str:
@@ -315,13 +328,16 @@ def team_roles(
         ask = prompts.get(f"{name}/ask", ASKS[name])
         if task.kind == "coding":
             helpers = [f for other in names if other.startswith("helper") for f in OWNS[other]]
+            params = entry_signature(task)
             values = {
                 "entry": task.entry_point,
                 "n": size,
                 "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
+                "params": params,
             }
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
             title, words = _code_title(name, task.entry_point), None
+            contract = coding_contract(task, names, i, params)
         else:
             words = WORDS[name]
             values = {
@@ -333,11 +349,39 @@ def team_roles(
                 ),
                 "words": f"{words[0]}-{words[1]}",
             }
-            owns, title = (), TITLES[name]
+            owns, title, contract = (), TITLES[name], ""
         roles.append(
-            Role(name, title, fill(instructions, **values), fill(ask, **values), owns, words)
+            Role(
+                name, title, fill(instructions, **values), fill(ask, **values), owns, words, contract
+            )
         )
     return roles
+
+
+def coding_contract(task: Task, names: list[str], agent: int, params: str) -> str:
+    """The interface contract of a coding team with roles `names`, as agent `agent` sees it: every
+    role's function, signature and purpose, and which one is its own ("" when the roles own no
+    functions: `single` and `naive_concat`)."""
+    if not all(CONTRACT_PURPOSES.get(n) for n in names) or len(names) < 2:
+        return ""
+    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
+    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
+    lines = []
+    for name in names:
+        function = fill(OWNS[name][0], entry=task.entry_point)
+        purpose = fill(CONTRACT_PURPOSES[name], entry=task.entry_point, helper_calls=helper_calls)
+        title = _code_title(name, task.entry_point)
+        lines.append(
+            fill(
+                CONTRACT_LINE,
+                title=title,
+                function=function,
+                params="" if name == "tester" else params,
+                purpose=purpose,
+            )
+        )
+    own = _code_title(names[agent], task.entry_point)
+    return fill(CONTRACT, lines="\n".join(lines), own=f"{own} - write only that")
 
 
 def _code_title(name: str, entry: str) -> str:

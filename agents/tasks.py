@@ -19,6 +19,7 @@ A `Task` is a plain value; `save_task` puts it in the store (a curated task is s
 from __future__ import annotations
 
 import ast
+import re
 import functools
 import gzip
 import json
@@ -120,7 +121,8 @@ def humaneval_tasks(split: Literal["train", "held_out", "all"] = "all") -> list[
 
 
 def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | None = None) -> Task:
-    """A person's own problem: Python source with the function's signature and docstring.
+    """A person's own problem: Python source with the function's signature and docstring, or
+    comments and a bare signature (`def rotate(items, k):` with no body).
 
     The entry point is the last top-level function in `prompt` unless named. `tests` (optional)
     must be Python: HumanEval's `def check(candidate): ...`, or asserts that call the function.
@@ -128,7 +130,7 @@ def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | N
     prompt = prompt.strip("\n") + "\n"
     _check_length(prompt)
     try:
-        module = ast.parse(prompt)
+        module = ast.parse(with_stub_bodies(prompt))
     except SyntaxError as e:
         raise TaskError(f"the problem is not valid Python (line {e.lineno}: {e.msg})") from e
     functions = [
@@ -156,8 +158,41 @@ def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | N
     )
 
 
+BARE_SIGNATURE = "expected an indented block after function definition"
+
+
+def with_stub_bodies(source: str) -> str:
+    """`source` with `...` as the body of every function signature that has none (a problem given
+    as comments and a bare `def f(x):`), so that it parses; other syntax errors are left alone."""
+    for _ in range(source.count("def ")):
+        try:
+            ast.parse(source)
+            break
+        except SyntaxError as e:
+            if not e.msg.startswith(BARE_SIGNATURE) or e.lineno is None:
+                break
+            line = int(re.search(r"line (\d+)", e.msg).group(1))
+            lines = source.splitlines()
+            header = lines[line - 1]
+            indent = header[: len(header) - len(header.lstrip())] + "    "
+            # the stub goes right after the signature (which may span lines up to the colon)
+            end = next(k for k in range(line - 1, len(lines)) if lines[k].rstrip().endswith(":"))
+            lines.insert(end + 1, indent + "...")
+            source = "\n".join(lines) + "\n"
+    return source
+
+
+def entry_signature(task: Task) -> str:
+    """The entry function's parameters as written in the problem, e.g. `numbers, threshold`."""
+    for node in ast.parse(with_stub_bodies(task.prompt)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == task.entry_point:
+            return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
+    return ""
+
+
 def problem_preamble(prompt: str, entry_point: str) -> str:
     """The problem's code other than the entry function's stub: imports and given helpers."""
+    prompt = with_stub_bodies(prompt)
     lines = prompt.splitlines()
     kept = []
     for node in ast.parse(prompt).body:

@@ -160,6 +160,8 @@ def observe(team: Team, state: TeamState, agent: int, round: int = 0) -> list[di
     role, outputs = team.roles[agent], state["outputs"]
     frame = TASK_FRAMES["coding" if team.task.kind == "coding" else team.task.form]
     parts = [fill(frame, prompt=team.task.prompt)]
+    if role.contract:
+        parts.append(role.contract)
     if state["turn"] > 0 and round == 0:
         parts.append(fill(PREVIOUS_ANSWER, text=outputs[agent]))
         note = state["feedback"][agent] or NO_FEEDBACK
