@@ -132,7 +132,9 @@ def assess_code(
                 notes.append(f"Your part does not define `{name}`.")
         if part.violations:
             names = ", ".join(f"`{name}`" for name in part.violations)
-            notes.append(f"You wrote {names}, a teammate's part: it was not used. Write only yours.")
+            notes.append(
+                f"You wrote {names}, a teammate's part: it was not used. Write only yours."
+            )
         if part.replaced:
             names = ", ".join(f"`{name}`" for name in part.replaced)
             notes.append(f"Your {names} was not used: another version was kept.")
@@ -161,7 +163,10 @@ def assess_code(
         "syntax_errors": {p.agent: p.syntax_error for p in combined.parts if p.syntax_error},
     }
     return Assessment(
-        success=combined.ok and check.passed, feedback=feedback, details=details, report=check.report
+        success=combined.ok and check.passed,
+        feedback=feedback,
+        details=details,
+        report=check.report,
     )
 
 

@@ -352,7 +352,13 @@ def team_roles(
             owns, title, contract = (), TITLES[name], ""
         roles.append(
             Role(
-                name, title, fill(instructions, **values), fill(ask, **values), owns, words, contract
+                name,
+                title,
+                fill(instructions, **values),
+                fill(ask, **values),
+                owns,
+                words,
+                contract,
             )
         )
     return roles

@@ -19,10 +19,10 @@ A `Task` is a plain value; `save_task` puts it in the store (a curated task is s
 from __future__ import annotations
 
 import ast
-import re
 import functools
 import gzip
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -185,7 +185,10 @@ def with_stub_bodies(source: str) -> str:
 def entry_signature(task: Task) -> str:
     """The entry function's parameters as written in the problem, e.g. `numbers, threshold`."""
     for node in ast.parse(with_stub_bodies(task.prompt)).body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == task.entry_point:
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name == task.entry_point
+        ):
             return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
     return ""
 

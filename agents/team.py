@@ -48,7 +48,6 @@ import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
 from agents.policy import Completion, Request
-from agents.sandbox import TestReport
 from agents.roles import (
     FEEDBACK,
     NO_FEEDBACK,
@@ -62,6 +61,7 @@ from agents.roles import (
     fill,
     team_roles,
 )
+from agents.sandbox import TestReport
 from agents.tasks import Task, save_task
 
 Event = dict[str, Any]

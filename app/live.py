@@ -25,8 +25,8 @@ from agents.policy import PolicyError
 from agents.roles import Role, team_roles
 from agents.tasks import Task, TaskError
 from agents.team import EpisodeResult, Policy, Sampling, run_episode
-from agents.testrun import TestReport, run_tests
-from learner.rewards import episode_reward
+from agents.testrun import TestReport
+from learner.rewards import score_episode
 
 log = logging.getLogger(__name__)
 
@@ -234,18 +234,11 @@ def _run_one(
 
 def score(result: EpisodeResult, db_path: str | Path | None) -> dict:
     """The episode's joint reward (recorded in the store) and, for code with tests, the result
-    of each test assert. A scoring failure is a note: the episode itself is saved and fine."""
-    task, tests, reward, note = result.task, None, None, None
+    of each test assert (the environment's run, not a second one). A scoring failure is a note: the episode itself is saved and fine."""
+    tests, reward, note = result.test_report, None, None
     try:
-        if task.kind == "coding" and task.tests:
-            tests = run_tests(result.output, task.tests, task.entry_point)
-        scored = episode_reward(result)
-        weights = {k: v for k, v in scored.items() if k.startswith(("w_", "budget_"))}
-        with store.open_db(db_path) as db:
-            store.record_rewards(
-                db, result.episode_id, scored["components"], scored["reward"], weights
-            )
-        reward = scored["reward"]
+        scored = score_episode(result, db=db_path)
+        reward, tests = scored.reward, scored.report
     except Exception as e:
         log.exception("scoring episode %d failed", result.episode_id)
         note = f"reward not computed ({describe_error(e)})"

@@ -70,16 +70,19 @@ def team_view(task: Task, shape: str, agents: int) -> tuple[list[Role], list[lis
 
 
 def coding_score(task: Task, roles: list[Role], texts: list[str]) -> float:
-    """CoTeam's coding reward (0 to 4) of the agents' texts, joined as the team's combiner joins
-    them: the reward the other trainers get for what CoTeam's team would be scored on."""
-    code = [extract_code(text) for text in texts]
-    helper = "\n\n".join(c for r, c in zip(roles, code, strict=True) if "aux" in r.owns)
-    entry = "\n\n".join(c for r, c in zip(roles, code, strict=True) if task.entry_point in r.owns)
-    program = combine_code(texts, [r.owns for r in roles], preamble=task.preamble).code
+    """CoTeam's coding reward (quality + coordination, 0 to 2) of the agents' texts, joined as
+    the team's combiner joins them: the reward the other trainers get for what CoTeam's team
+    would be scored on."""
+    owners = [r.owns for r in roles]
+    program = combine_code(texts, owners, preamble=task.preamble).code
     score = coding_reward(
-        helper, entry, task.tests or "", task.entry_point, preamble=task.preamble, program=program
+        [extract_code(text) for text in texts],
+        owners,
+        task.entry_point,
+        program,
+        tests=task.tests or "",
     )
-    return score["total"]
+    return score["quality"] + score["coordination"]
 
 
 def step_figures(step_seconds: list[float], samples_per_step: int, tasks: int, group: int) -> dict:

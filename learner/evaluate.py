@@ -62,8 +62,7 @@ from agents.feedback import parse_check, sandbox_check
 from agents.roles import SHAPES
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
-from agents.testrun import run_tests
-from learner.rewards import defines_with_return, episode_reward
+from learner.rewards import defines_with_return, score_episode
 from store.paths import default_db_path
 
 log = logging.getLogger(__name__)
@@ -85,6 +84,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tests": ("tests passed", ("coding",)),
     "reference": ("reference agreement", ("writing",)),
     "consistency": ("consistency", ("coding", "writing")),
+    "helper_called": ("entry calls the helper", ("coding",)),
+    "role_violations": ("role violations", ("coding",)),
+    "critical_tokens": ("critical-path tokens", ("coding", "writing")),
     "redundancy": ("redundancy", ("writing",)),
     "structure": ("structure", ("coding", "writing")),
     "turns": ("turns", ("coding", "writing")),
@@ -101,6 +103,12 @@ DEFINITIONS = {
         "as the learner computes it - (0.5 if the entry author's function calls the helper "
         "`aux` + 1.0 if it is not a thin wrapper of it − 0.5 if it drops aux's result) / 1.5, "
         "counted only once a test passes; not defined for `single`",
+        "helper_called": "1 if the entry author's function calls (ast.Call) every function its "
+        "helper author(s) wrote, and does not define or shadow it itself; not defined for `single`",
+        "role_violations": "share of the team's agents that defined a function another role owns "
+        "(nested definitions included); not defined for `single`",
+        "critical_tokens": "output tokens on the critical path: per turn, the longest agent's "
+        "output (agents acting at once), every agent's in a pipeline",
         "structure": "1 if the team's module parses and defines the entry function with a "
         "return (and `aux` with a return, for a team of 2 or more), else 0",
         "turns": "turns the episode took (it stops at success or at the turn limit)",
@@ -237,34 +245,35 @@ def record_key(record: dict) -> tuple:
 # -- scoring one episode ---------------------------------------------------------------------
 
 
-def score_episode(result: EpisodeResult) -> tuple[dict, dict[str, float]]:
-    """An episode's metrics (see the module docstring) and the task reward's components."""
+def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
+    """Score an episode (`learner.rewards.score_episode`, with the test report the environment
+    made), record it in `db` if given, and return its metrics (see the module docstring)."""
     task, team = result.task, len(result.roles) > 1
-    tokens = sum(s["completion_tokens"] for s in result.steps)
+    scored = score_episode(result, db=db)
+    reward = scored.components
     metrics: dict[str, Any] = {
         "turns": result.turns,
         "time_s": result.wall_time_s,
-        "tokens": tokens,
+        "tokens": sum(s["completion_tokens"] for s in result.steps),
+        "critical_tokens": int(reward["critical_tokens"]),
         "prompt_tokens": sum(s["prompt_tokens"] for s in result.steps),
     }
-    report = (
-        run_tests(result.output, task.tests, task.entry_point) if task.kind == "coding" else None
-    )
-    scored = episode_reward(result, report=report)
-    reward = scored["components"]
     if task.kind == "coding":
         # pass and tests judge the team's combined module
-        program = result.output
+        program, report = result.output, scored.report
+        passed, total = (report.passed, report.total) if report else (0, 0)
         needed = [task.entry_point] + (["aux"] if team else [])
         metrics |= {
-            "pass": report.total > 0 and report.passed == report.total,
-            "tests": report.fraction,
+            "pass": total > 0 and passed == total,
+            "tests": report.fraction if report else 0.0,
             "consistency": reward["coordination"] if team else None,
+            "helper_called": reward["helper_called"] if team else None,
+            "role_violations": reward["role_violations"] if team else None,
             "structure": float(
                 _parses(program) and all(defines_with_return(program, f) for f in needed)
             ),
-            "asserts_passed": report.passed,
-            "asserts_total": report.total,
+            "asserts_passed": passed,
+            "asserts_total": total,
         }
     else:
         parts = [s["text"].strip() for s in result.final_steps()]
@@ -276,10 +285,8 @@ def score_episode(result: EpisodeResult) -> tuple[dict, dict[str, float]]:
             "redundancy": reward["redundancy"] if team else None,
             "words": [len(p.split()) for p in parts],
         }
-    metrics["reward"] = scored["reward"]
-    components = dict(reward) | {"speed_raw": scored["speed_raw"], "speed": scored["speed"]}
-    weights = {k: v for k, v in scored.items() if k.startswith("w_")}
-    return metrics | {"_weights": weights}, components
+    metrics["reward"] = scored.reward
+    return metrics
 
 
 def _parses(code: str) -> bool:
@@ -391,7 +398,8 @@ def _run_unit(
         "agents": size,
         "turns": config.turns,
         "adapters": adapters,
-        "checker": sandbox_check if config.task == "coding" and config.turns > 1 else parse_check,
+        # coding: the environment runs the tests (once per turn) and the score reuses its report
+        "checker": sandbox_check if config.task == "coding" else parse_check,
     }
     sampling = config.sampling
     if sampling.seed is not None:
@@ -405,9 +413,7 @@ def _run_unit(
     records = []
     with store.open_db(db_path) as db:
         for g, result in enumerate(results):
-            metrics, components = score_episode(result)
-            weights = metrics.pop("_weights")
-            store.record_rewards(db, result.episode_id, components, metrics["reward"], weights)
+            metrics = episode_metrics(result, db)
             records.append(
                 {
                     "task": task_name(unit.task),

@@ -22,7 +22,7 @@ import json
 from collections import defaultdict
 
 from learner.magrpo import Sample
-from learner.rewards import rating_to_unit
+from learner.rewards import blend_human, rating_to_unit
 
 
 def rating_value(rating: dict, episode_id: int) -> float | None:
@@ -51,8 +51,7 @@ def human_reward(episode: dict, human_weight: float) -> float | None:
     if not values:
         return None
     rating = sum(values) / len(values)
-    auto = episode.get("reward")
-    return rating if auto is None else (1 - human_weight) * auto + human_weight * rating
+    return blend_human(episode.get("reward"), rating, human_weight)
 
 
 def rated_groups(

@@ -17,7 +17,7 @@ from agents.policy import PolicyClient
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import GREEDY, run_episode
 from learner.registry import adapter_name, load_version, promote, serving_adapters
-from learner.rewards import episode_reward
+from learner.rewards import score_episode
 
 
 @dataclass
@@ -65,7 +65,7 @@ def team_score(
             db=db_path,
             **({"checker": sandbox_check} if task.kind == "coding" else {}),
         )
-        rewards.append(episode_reward(result)["reward"])
+        rewards.append(score_episode(result, db=db_path).reward)
     return sum(rewards) / len(rewards)
 
 

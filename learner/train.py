@@ -36,7 +36,7 @@ from agents.team import Sampling, run_group
 from learner.human import episode_sample, rated_groups
 from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages
 from learner.registry import adapter_name, publish_candidate, serving_adapters
-from learner.rewards import RewardWeights, SpeedBudget, episode_reward
+from learner.rewards import RewardWeights, SpeedBudget, score_episode
 from store.paths import coteam_home, default_db_path
 
 log = logging.getLogger(__name__)
@@ -143,17 +143,8 @@ def train(
                     adapters=names,
                     **({"checker": sandbox_check} if task.kind == "coding" else {}),
                 )
-                scores = [episode_reward(r, args.weights, args.budget) for r in results]
-                with store.open_db(db_path) as db:
-                    for result, score in zip(results, scores, strict=True):
-                        store.record_rewards(
-                            db,
-                            result.episode_id,
-                            score["components"],
-                            score["reward"],
-                            {k: v for k, v in score.items() if k.startswith(("w_", "budget_"))},
-                        )
-                group = torch.tensor([s["reward"] for s in scores])
+                scores = [score_episode(r, args.weights, args.budget, db=db_path) for r in results]
+                group = torch.tensor([s.reward for s in scores])
                 advantages = group_advantages(group, cfg.scale_advantages_by_std)
                 rewards.extend(group.tolist())
                 for agent in range(args.agents):
