@@ -15,6 +15,7 @@ from app.cli import main
 from learner.evaluate import (
     EvalConfig,
     EvalError,
+    episode_metrics,
     eval_tasks,
     evaluate,
     holm,
@@ -26,11 +27,11 @@ from learner.evaluate import (
     read_records,
     regression,
     run_eval,
-    score_episode,
     summarize,
     welch_test,
     write_report,
 )
+from learner.rewards import score_episode
 from tests.scripted import ScriptedPolicy
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -115,6 +116,9 @@ def records(shape, values, variant="base", consistency=0.5, time_s=None):
             "turns": 1,
             "time_s": time_s[i] if time_s else 10.0 + i,
             "tokens": 100,
+            "critical_tokens": 100 if shape == "single" else 60,
+            "helper_called": None if shape == "single" else 1.0,
+            "role_violations": None if shape == "single" else 0.0,
             "reward": 0.5,
         }
         for i, v in enumerate(values)
@@ -139,7 +143,12 @@ def test_summary_tests_each_shape_against_each_baseline():
     assert ("pass", "naive_concat", "single") in pairs
     assert ("consistency", "parallel", "single") not in pairs  # undefined for one agent
     assert not any(t["shape"] == "single" for t in s["tests"])
-    assert s["untested"] == {"structure": 1.0, "turns": 1, "tokens": 100, "reward": 0.5}
+    assert s["untested"] == {
+        "structure": 1.0,
+        "turns": 1,
+        "tokens": 100,
+        "reward": 0.5,
+    }
     assert not any(t["metric"] == "turns" for t in s["tests"])
     test = next(
         t
@@ -279,7 +288,7 @@ def test_a_run_scores_records_and_resumes(tmp_path):
         failed = store.count_episodes(database, status="failed")
     assert episode["reward"] == pytest.approx(rows[-1]["reward"])
     assert episode["rewards"]["tests"] == rows[-1]["tests"] == 1.0
-    assert {"coordination", "speed", "speed_raw"} <= set(episode["rewards"])
+    assert {"coordination", "speed", "critical_tokens"} <= set(episode["rewards"])
     assert failed == 6  # the interrupted episodes, marked as such
 
     again = ScriptedPolicy(solving_reply)
@@ -379,9 +388,11 @@ def test_scores_follow_the_definitions(tmp_path):
 
     task = humaneval_task(0)
     team = run_episode(task, ScriptedPolicy(reply), shape="parallel", db=tmp_path / "db")
-    metrics, components = score_episode(team)
+    metrics, components = episode_metrics(team), score_episode(team).components
     assert metrics["pass"] and metrics["tests"] == 1.0 and metrics["structure"] == 1.0
     assert metrics["consistency"] == 1.0 == components["coordination"]  # calls aux, not a wrapper
+    assert (metrics["helper_called"], metrics["role_violations"]) == (1.0, 0.0)
+    assert metrics["critical_tokens"] == max(s["completion_tokens"] for s in team.steps)
     assert metrics["tokens"] == sum(s["completion_tokens"] for s in team.steps)
 
     broken = run_episode(
@@ -390,7 +401,7 @@ def test_scores_follow_the_definitions(tmp_path):
         shape="single",
         db=tmp_path / "db",
     )
-    metrics, components = score_episode(broken)
+    metrics = episode_metrics(broken)
     assert (metrics["pass"], metrics["tests"], metrics["structure"]) == (False, 0.0, 0.0)
     assert metrics["consistency"] is None  # one agent has no teammate
 
@@ -399,7 +410,7 @@ def test_scores_follow_the_definitions(tmp_path):
     writing = run_episode(
         article, ScriptedPolicy(lambda r: words), shape="parallel", db=tmp_path / "db"
     )
-    metrics, components = score_episode(writing)
+    metrics, components = episode_metrics(writing), score_episode(writing).components
     # the same text twice: as consistent as can be, and repeating itself
     assert metrics["consistency"] == pytest.approx(1.0, abs=1e-5)
     assert metrics["redundancy"] == 1.0 and not metrics["pass"]
