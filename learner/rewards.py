@@ -95,7 +95,8 @@ def coding_reward(
     functions its role writes, `program` the module the combiner built from them.
 
     `report` is the environment's test run on `program`; without one, `tests` (if given) are run
-    here. Components: the points `helper_defined`, `entry_defined`, `parses`, `tests`; `structure`
+    here. Components: the points `helper_defined`, `entry_defined`, `parses` (the module parses
+    and defines the entry function), `tests`; `structure`
     (definition and parse points over those possible, in [0, 1]); `quality` (all points over
     those possible); `cooperation` (share of the helper authors' functions that the entry author's
     function calls and does not define itself; half for a thin wrapper); `coordination`
@@ -119,7 +120,9 @@ def coding_reward(
         else 0.0
     )
     r["entry_defined"] = w.entry_defined * defines_with_return(entry_code, entry_point)
-    r["parses"] = w.parses * bool(r["entry_defined"] and _parses(program))
+    # the joined module parses and still holds the entry function (the combiner cuts a broken
+    # part back to the prefix that parses)
+    r["parses"] = w.parses * bool(r["entry_defined"] and defines_with_return(program, entry_point))
     if r["parses"] and report is None and tests:
         report = run_tests(program, tests, entry_point)
     passed = report.fraction if r["parses"] and report is not None else 0.0

