@@ -17,6 +17,7 @@ the defaults below.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ PROMPTS: dict[str, str] = {
         "divides the work by the interface contract in the message. Your part is only the "
         "helper function `aux`, with exactly the contract's signature: it does the core "
         "computation of the problem. A teammate writes `{entry}`, which calls your `aux`. Do "
-        "not write `{entry}`, tests or examples. " + CODE_FORMAT
+        "not write `{entry}`, tests or examples, and keep the docstring to one line. " + CODE_FORMAT
     ),
     "helper2": (
         "You are the second helper-function author in a team of {n} Python programmers. The "
@@ -55,8 +56,9 @@ PROMPTS: dict[str, str] = {
     "entry": (
         "You are the main-function author in a team of {n} Python programmers. The team divides "
         "the work by the interface contract in the message. Your part is only `{entry}`: it "
-        "handles special cases and calls your teammates' {helpers} (they will be in the same "
-        "module) for the rest. Do not define {helpers} yourself. " + CODE_FORMAT
+        "handles special cases and calls your teammates' {helpers} (already in the module) for "
+        "the rest. Do not define {helpers} yourself, and keep the docstring to one line. "
+        + CODE_FORMAT
     ),
     "tester": (
         "You are the tester in a team of {n} Python programmers. Your teammates write `{entry}` "
@@ -140,10 +142,10 @@ PROMPTS: dict[str, str] = {
 # The line that closes each role's user message: what to write, now.
 ASKS: dict[str, str] = {
     "solo": "Now write the complete function `{entry}`.",
-    "helper": "Now write only `def aux({params}):`, not `{entry}`.",
-    "helper2": "Now write only `def aux2({params}):`, not `{entry}` or `aux`.",
-    "entry": "Now write only `def {entry}({params}):`, calling `aux({params})`; do not define "
-    "`aux`.",
+    "helper": "Now complete only your function `aux` above; do not write `{entry}`.",
+    "helper2": "Now complete only your function `aux2` above; do not write `{entry}` or `aux`.",
+    "entry": "Now complete only your function `{entry}` above, calling {helper_calls}; do not "
+    "define {helpers}.",
     "tester": "Now write only the test function `test_{entry}()`.",
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
@@ -253,8 +255,23 @@ CONTRACT_PURPOSES = {
     "computation and returns the answer",
     "tester": "checks `{entry}` with assert statements",
 }
-CONTRACT = "The team's division of the work (interface contract):\n{lines}\nYour part: {own}."
+CONTRACT = (
+    "The team's division of the work (interface contract):\n{lines}\nYour part: {own}.\n\n"
+    "{others}Complete your function:\n```python\n{mine}\n```"
+)
 CONTRACT_LINE = "- {title}: `def {function}({params})`: {purpose}"
+CONTRACT_OTHERS = (
+    "Your teammates' functions, which will be in the same module (do not write them):\n"
+    "```python\n{stubs}\n```\n"
+)
+CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""'
+# the one-line docstring of each role's function in the stubs
+STUB_PURPOSES = {
+    "helper": "The core computation of `{entry}`: {summary}",
+    "helper2": "A second sub-step of `{entry}`.",
+    "entry": "{summary} Handle special cases, and call {helper_calls} for the rest.",
+    "tester": "Check `{entry}` with assert statements.",
+}
 
 TASK_FRAMES = {
     "coding": "Problem:\n```python\n{prompt}```",
@@ -328,16 +345,18 @@ def team_roles(
         ask = prompts.get(f"{name}/ask", ASKS[name])
         if task.kind == "coding":
             helpers = [f for other in names if other.startswith("helper") for f in OWNS[other]]
-            params = entry_signature(task)
+            signature = entry_signature(task)
+            params = _arguments(signature[0])
             values = {
                 "entry": task.entry_point,
                 "n": size,
                 "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
+                "helper_calls": " and ".join(f"`{h}({params})`" for h in helpers) or "`aux`",
                 "params": params,
             }
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
             title, words = _code_title(name, task.entry_point), None
-            contract = coding_contract(task, names, i, params)
+            contract = coding_contract(task, names, i, signature)
         else:
             words = WORDS[name]
             values = {
@@ -364,30 +383,67 @@ def team_roles(
     return roles
 
 
-def coding_contract(task: Task, names: list[str], agent: int, params: str) -> str:
+def coding_contract(
+    task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
+) -> str:
     """The interface contract of a coding team with roles `names`, as agent `agent` sees it: every
-    role's function, signature and purpose, and which one is its own ("" when the roles own no
-    functions: `single` and `naive_concat`)."""
+    role's function, signature and purpose, which one is its own, the teammates' functions as
+    stubs and its own function's stub to complete ("" when the roles own no functions: `single`
+    and `naive_concat`). `signature` is `entry_signature(task)`.
+
+    The stubs matter for a small model: it completes the code it is shown, so an entry author
+    shown `aux` as a teammate's function calls it, and a helper author shown its own `aux` stub
+    writes that rather than the problem's entry function."""
     if not all(CONTRACT_PURPOSES.get(n) for n in names) or len(names) < 2:
         return ""
+    arguments, returns, summary = signature
+    params = _arguments(arguments)
     helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
     helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
-    lines = []
+    lines, stubs = [], []
     for name in names:
         function = fill(OWNS[name][0], entry=task.entry_point)
-        purpose = fill(CONTRACT_PURPOSES[name], entry=task.entry_point, helper_calls=helper_calls)
-        title = _code_title(name, task.entry_point)
+        values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
+        tester = name == "tester"
         lines.append(
             fill(
                 CONTRACT_LINE,
-                title=title,
+                title=_code_title(name, task.entry_point),
                 function=function,
-                params="" if name == "tester" else params,
-                purpose=purpose,
+                params="" if tester else params,
+                purpose=fill(CONTRACT_PURPOSES[name], **values),
             )
         )
+        stubs.append(
+            fill(
+                CONTRACT_STUB,
+                function=function,
+                signature="" if tester else arguments,
+                returns=f" -> {returns}" if returns and not tester else "",
+                purpose=fill(STUB_PURPOSES[name], **values).strip(),
+            )
+        )
+    # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of
+    # the entry function, which it would otherwise complete
+    calls = names[agent] == "entry"
+    others = [s for k, s in enumerate(stubs) if calls and names[k].startswith("helper")]
     own = _code_title(names[agent], task.entry_point)
-    return fill(CONTRACT, lines="\n".join(lines), own=f"{own} - write only that")
+    return fill(
+        CONTRACT,
+        lines="\n".join(lines),
+        own=f"{own} - write only that",
+        others=fill(CONTRACT_OTHERS, stubs="\n\n\n".join(others)) if others else "",
+        mine=stubs[agent],
+    )
+
+
+def _arguments(arguments: str) -> str:
+    """`numbers: List[float], threshold: float = 0.5` -> `numbers, threshold` (names only)."""
+    try:
+        node = ast.parse(f"def f({arguments}): pass").body[0]
+    except SyntaxError:
+        return arguments
+    return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
 
 
 def _code_title(name: str, entry: str) -> str:

@@ -182,15 +182,23 @@ def with_stub_bodies(source: str) -> str:
     return source
 
 
-def entry_signature(task: Task) -> str:
-    """The entry function's parameters as written in the problem, e.g. `numbers, threshold`."""
+def entry_signature(task: Task) -> tuple[str, str, str]:
+    """The entry function as the problem writes it: its parameters with their annotations
+    (`numbers: List[float], threshold: float`), its return annotation (`bool`, or "") and the
+    first sentence of its docstring (or of the comments above it)."""
+    lines = task.prompt.splitlines()
     for node in ast.parse(with_stub_bodies(task.prompt)).body:
         if (
             isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.name == task.entry_point
         ):
-            return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
-    return ""
+            doc = ast.get_docstring(node) or "\n".join(
+                line.lstrip("# ") for line in lines[: node.lineno - 1] if line.startswith("#")
+            )
+            first = re.split(r"(?<=[.!?])\s|\n\s*\n|>>>", doc.strip(), maxsplit=1)[0]
+            returns = ast.unparse(node.returns) if node.returns else ""
+            return ast.unparse(node.args), returns, " ".join(first.split())
+    return "", "", ""
 
 
 def problem_preamble(prompt: str, entry_point: str) -> str:

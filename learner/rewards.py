@@ -157,19 +157,21 @@ def _owner(owners: Sequence[Sequence[str]], name: str) -> int | None:
 
 
 def role_violations(codes: Sequence[str], owners: Sequence[Sequence[str]]) -> dict[int, list[str]]:
-    """Agent -> the functions it defined (at any depth) that another agent's role owns."""
+    """Agent -> the functions it implemented (at any depth) that another agent's role owns. A
+    copy of the contract's stub (only a docstring, `...` or `pass`) implements nothing."""
     owned_by = {name: i for i, names in enumerate(owners) for name in names}
     found = {}
     for i, code in enumerate(codes):
-        theirs = sorted(n for n in defined_names(code) if owned_by.get(n, i) != i)
+        theirs = sorted(n for n in defined_names(code, stubs=False) if owned_by.get(n, i) != i)
         if theirs:
             found[i] = theirs
     return found
 
 
-def defined_names(code: str) -> set[str]:
+def defined_names(code: str, stubs: bool = True) -> set[str]:
     """Every function and class `code` defines, nested ones included (a broken reply: the
-    names after `def` found by text)."""
+    names after `def` found by text); with `stubs=False`, not those whose body is only a
+    docstring, `...` or `pass`."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -178,7 +180,15 @@ def defined_names(code: str) -> set[str]:
         n.name
         for n in ast.walk(tree)
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and (stubs or not _is_stub(n))
     }
+
+
+def _is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+    return all(
+        isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        for s in node.body
+    )
 
 
 def defines_with_return(code: str, name: str) -> bool:
