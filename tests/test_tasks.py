@@ -10,6 +10,7 @@ from agents.tasks import (
     HUMANEVAL_TRAIN,
     TaskError,
     abstract_tasks,
+    entry_signature,
     find_task,
     humaneval_task,
     humaneval_tasks,
@@ -112,3 +113,17 @@ def test_save_task_stores_curated_tasks_once(tmp_path):
         assert row["metadata"]["split"] == "held_out"
         free = writing_prompt_task("Write about tea.")
         assert save_task(db, free) != save_task(db, free)  # a person's prompt is a new task
+
+
+def test_a_problem_given_as_comments_and_a_bare_signature_is_accepted():
+    prompt = "# Rotate a list right by k places.\n# rotate([1, 2, 3], 1) == [3, 1, 2]\ndef rotate(items, k):\n"
+    task = user_coding_task(prompt, tests="assert rotate([1, 2, 3], 1) == [3, 1, 2]\n")
+    assert task.entry_point == "rotate" and task.prompt == prompt  # shown as the person wrote it
+    assert task.preamble == ""
+    assert entry_signature(task) == ("items, k", "", "Rotate a list right by k places.")
+    # a bare signature after given code, over several lines
+    task = user_coding_task("import math\n\ndef f(\n    a,\n    b,\n):\n")
+    assert task.entry_point == "f" and task.preamble.startswith("import math")
+    # other syntax errors are still refused
+    with pytest.raises(TaskError, match="not valid Python"):
+        user_coding_task("def f(x):\n    return (\n")

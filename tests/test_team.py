@@ -215,7 +215,7 @@ def test_role_prompts_can_be_overridden(tmp_path):
     assert systems[1].startswith("You are the main-function author")
     # the ask closes the user message, after the task
     assert users[0].endswith(
-        "Now write only `def aux(numbers, threshold):`, not `has_close_elements`."
+        "Now complete only your function `aux` above; do not write `has_close_elements`."
     )
     assert users[1].endswith("Go, has_close_elements with `aux`!")
     path = tmp_path / "roles.json"
@@ -293,3 +293,27 @@ def test_bad_settings_are_refused_before_anything_runs(settings, message, tmp_pa
     with pytest.raises(ValueError, match=message):
         run_episode(CODING, policy, db=tmp_path / "x.db", **settings)
     assert policy.requests == []
+
+
+def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_text(tmp_path):
+    helper_text = "```python\ndef aux(numbers, threshold):\n    return SECRET_HELPER\n```"
+    _, policy, _ = run(
+        CODING,
+        "parallel",
+        2,
+        tmp_path,
+        turns=2,
+        respond=lambda r: helper_text if agent_of(r) == 0 else "def has_close_elements(): pass",
+    )
+    users = [(agent_of(r), r.messages[1]["content"]) for r in policy.requests]
+    for agent, user in users:
+        assert "interface contract" in user and "`def aux(numbers, threshold)`" in user
+        assert "SECRET_HELPER" not in user or agent == 0  # only its own text, never a teammate's
+    helper_view = next(u for a, u in users if a == 0)
+    entry_view = next(u for a, u in users if a == 1)
+    assert "Your part: helper aux" in helper_view
+    assert "Complete your function:\n```python\ndef aux(numbers: List[float]" in helper_view
+    assert "Your part: main function has_close_elements" in entry_view
+    # the entry author sees the helper's stub (what it calls); the helper no stub of the entry
+    assert "Your teammates' functions" in entry_view and "Your teammates'" not in helper_view
+    assert entry_view.rstrip().endswith("calling `aux(numbers, threshold)`; do not define `aux`.")
