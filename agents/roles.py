@@ -144,8 +144,8 @@ ASKS: dict[str, str] = {
     "solo": "Now write the complete function `{entry}`.",
     "helper": "Now complete only your function `aux` above; do not write `{entry}`.",
     "helper2": "Now complete only your function `aux2` above; do not write `{entry}` or `aux`.",
-    "entry": "Now complete only your function `{entry}` above, calling {helper_calls}; do not "
-    "define {helpers}.",
+    "entry": "Now complete only your function `{entry}` above: add the special cases before the "
+    "return of {helper_calls}; do not define {helpers}.",
     "tester": "Now write only the test function `test_{entry}()`.",
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
@@ -264,12 +264,16 @@ CONTRACT_OTHERS = (
     "Your teammates' functions, which will be in the same module (do not write them):\n"
     "```python\n{stubs}\n```\n"
 )
-CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""'
+CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body}'
+# the entry stub's body: a small model completes the code it is shown, and calls the helper when
+# the call is already there (without it the untrained entry author called `aux` in 0 of 7
+# held-out problems, bench: docs/EVALUATION.md)
+ENTRY_BODY = "\n    # special cases first, then:\n    return {call}"
 # the one-line docstring of each role's function in the stubs
 STUB_PURPOSES = {
     "helper": "The core computation of `{entry}`: {summary}",
     "helper2": "A second sub-step of `{entry}`.",
-    "entry": "{summary} Handle special cases, and call {helper_calls} for the rest.",
+    "entry": "{summary} Handle special cases first; {helper_calls} does the rest.",
     "tester": "Check `{entry}` with assert statements.",
 }
 
@@ -307,6 +311,7 @@ class Role:
     owns: tuple[str, ...] = ()
     words: tuple[int, int] | None = None
     contract: str = ""  # coding: the team's interface contract, naming this agent's part
+    problem: str = ""  # the problem as this role is shown it ("": the task's prompt as it is)
 
 
 def fill(template: str, **values: object) -> str:
@@ -341,6 +346,7 @@ def team_roles(
     prompts = prompts or {}
     roles = []
     for i, name in enumerate(names):
+        problem = ""
         instructions = prompts.get(name, PROMPTS[name])
         ask = prompts.get(f"{name}/ask", ASKS[name])
         if task.kind == "coding":
@@ -357,6 +363,10 @@ def team_roles(
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
             title, words = _code_title(name, task.entry_point), None
             contract = coding_contract(task, names, i, signature)
+            # the helper author that does the core computation sees the problem posed for `aux`
+            # (else the untrained model writes the entry function instead, a role violation)
+            if name == "helper" and contract:
+                problem = re.sub(rf"\b{re.escape(task.entry_point)}\b", "aux", task.prompt)
         else:
             words = WORDS[name]
             values = {
@@ -378,6 +388,7 @@ def team_roles(
                 owns,
                 words,
                 contract,
+                problem,
             )
         )
     return roles
@@ -421,6 +432,9 @@ def coding_contract(
                 signature="" if tester else arguments,
                 returns=f" -> {returns}" if returns and not tester else "",
                 purpose=fill(STUB_PURPOSES[name], **values).strip(),
+                body=ENTRY_BODY.format(call=f"{helpers[0]}({params})")
+                if name == "entry" and helpers
+                else "",
             )
         )
     # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of

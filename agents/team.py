@@ -159,7 +159,7 @@ def observe(team: Team, state: TeamState, agent: int, round: int = 0) -> list[di
     and feedback, and only the teammates' work its shape shows it on purpose."""
     role, outputs = team.roles[agent], state["outputs"]
     frame = TASK_FRAMES["coding" if team.task.kind == "coding" else team.task.form]
-    parts = [fill(frame, prompt=team.task.prompt)]
+    parts = [fill(frame, prompt=role.problem or team.task.prompt)]
     if role.contract:
         parts.append(role.contract)
     if state["turn"] > 0 and round == 0:
