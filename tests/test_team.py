@@ -316,4 +316,7 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     assert "Your part: main function has_close_elements" in entry_view
     # the entry author sees the helper's stub (what it calls); the helper no stub of the entry
     assert "Your teammates' functions" in entry_view and "Your teammates'" not in helper_view
-    assert entry_view.rstrip().endswith("calling `aux(numbers, threshold)`; do not define `aux`.")
+    assert "    return aux(numbers, threshold)\n```" in entry_view  # the call is in its stub
+    assert entry_view.rstrip().endswith("do not define `aux`.")
+    # the helper author is shown the problem posed for `aux`
+    assert 'def aux(numbers: List[float], threshold: float) -> bool:\n    """ Check' in helper_view
