@@ -142,10 +142,11 @@ PROMPTS: dict[str, str] = {
 # The line that closes each role's user message: what to write, now.
 ASKS: dict[str, str] = {
     "solo": "Now write the complete function `{entry}`.",
-    "helper": "Now complete only your function `aux` above; do not write `{entry}`.",
+    "helper": "Now write only the function `aux` for the problem above; do not write `{entry}`.",
     "helper2": "Now complete only your function `aux2` above; do not write `{entry}` or `aux`.",
-    "entry": "Now complete only your function `{entry}` above: add the special cases before the "
-    "return of {helper_calls}; do not define {helpers}.",
+    "entry": "Now write only your function `{entry}` above, keeping its `return` of "
+    "{helper_calls} (add a check for special cases before it only if one is needed); do not "
+    "define {helpers}.",
     "tester": "Now write only the test function `test_{entry}()`.",
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
@@ -257,18 +258,19 @@ CONTRACT_PURPOSES = {
 }
 CONTRACT = (
     "The team's division of the work (interface contract):\n{lines}\nYour part: {own}.\n\n"
-    "{others}Complete your function:\n```python\n{mine}\n```"
+    "{others}{mine}"
 )
 CONTRACT_LINE = "- {title}: `def {function}({params})`: {purpose}"
 CONTRACT_OTHERS = (
     "Your teammates' functions, which will be in the same module (do not write them):\n"
     "```python\n{stubs}\n```\n"
 )
+CONTRACT_MINE = "Complete your function:\n```python\n{stub}\n```"
 CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body}'
 # the entry stub's body: a small model completes the code it is shown, and calls the helper when
 # the call is already there (without it the untrained entry author called `aux` in 0 of 7
 # held-out problems, bench: docs/EVALUATION.md)
-ENTRY_BODY = "\n    # special cases first, then:\n    return {call}"
+ENTRY_BODY = "\n    return {call}"
 # the one-line docstring of each role's function in the stubs
 STUB_PURPOSES = {
     "helper": "The core computation of `{entry}`: {summary}",
@@ -442,13 +444,15 @@ def coding_contract(
     calls = names[agent] == "entry"
     others = [s for k, s in enumerate(stubs) if calls and names[k].startswith("helper")]
     own = _code_title(names[agent], task.entry_point)
-    return fill(
+    text = fill(
         CONTRACT,
         lines="\n".join(lines),
         own=f"{own} - write only that",
         others=fill(CONTRACT_OTHERS, stubs="\n\n\n".join(others)) if others else "",
-        mine=stubs[agent],
+        # the entry author completes its stub; a helper author shown its own stub only echoes it
+        mine=fill(CONTRACT_MINE, stub=stubs[agent]) if calls else "",
     )
+    return text.rstrip()
 
 
 def _arguments(arguments: str) -> str:
