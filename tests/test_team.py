@@ -215,7 +215,7 @@ def test_role_prompts_can_be_overridden(tmp_path):
     assert systems[1].startswith("You are the main-function author")
     # the ask closes the user message, after the task
     assert users[0].endswith(
-        "Now complete only your function `aux` above; do not write `has_close_elements`."
+        "Now write only the function `aux` for the problem above; do not write `has_close_elements`."
     )
     assert users[1].endswith("Go, has_close_elements with `aux`!")
     path = tmp_path / "roles.json"
@@ -312,7 +312,7 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     helper_view = next(u for a, u in users if a == 0)
     entry_view = next(u for a, u in users if a == 1)
     assert "Your part: helper aux" in helper_view
-    assert "Complete your function:\n```python\ndef aux(numbers: List[float]" in helper_view
+    assert "Complete your function:\n```python\ndef has_close_elements(" in entry_view
     assert "Your part: main function has_close_elements" in entry_view
     # the entry author sees the helper's stub (what it calls); the helper no stub of the entry
     assert "Your teammates' functions" in entry_view and "Your teammates'" not in helper_view
