@@ -313,7 +313,7 @@ class Role:
     owns: tuple[str, ...] = ()
     words: tuple[int, int] | None = None
     contract: str = ""  # coding: the team's interface contract, naming this agent's part
-    problem: str = ""  # the problem as this role is shown it ("": the task's prompt as it is)
+    problem: str | None = None  # the problem as this role sees it (None: the task's prompt)
 
 
 def fill(template: str, **values: object) -> str:
@@ -348,7 +348,7 @@ def team_roles(
     prompts = prompts or {}
     roles = []
     for i, name in enumerate(names):
-        problem = ""
+        problem = None
         instructions = prompts.get(name, PROMPTS[name])
         ask = prompts.get(f"{name}/ask", ASKS[name])
         if task.kind == "coding":
@@ -369,6 +369,10 @@ def team_roles(
             # (else the untrained model writes the entry function instead, a role violation)
             if name == "helper" and contract:
                 problem = re.sub(rf"\b{re.escape(task.entry_point)}\b", "aux", task.prompt)
+            # the entry author works from the contract and the problem's own code only (shown the
+            # whole problem, the untrained model solved it alone and called `aux` in 0 of 6)
+            if name == "entry" and contract:
+                problem = task.preamble
         else:
             words = WORDS[name]
             values = {

@@ -159,7 +159,8 @@ def observe(team: Team, state: TeamState, agent: int, round: int = 0) -> list[di
     and feedback, and only the teammates' work its shape shows it on purpose."""
     role, outputs = team.roles[agent], state["outputs"]
     frame = TASK_FRAMES["coding" if team.task.kind == "coding" else team.task.form]
-    parts = [fill(frame, prompt=role.problem or team.task.prompt)]
+    problem = team.task.prompt if role.problem is None else role.problem
+    parts = [fill(frame, prompt=problem)] if problem.strip() else []
     if role.contract:
         parts.append(role.contract)
     if state["turn"] > 0 and round == 0:
