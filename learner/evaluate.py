@@ -18,9 +18,12 @@ What is measured, per episode (`DEFINITIONS` is the text the report prints):
 - `tests` (coding): fraction of counted asserts passed. `reference` (writing): agreement with
   the human reference (mean of ROUGE-1, ROUGE-L and embedding cosine).
 - `consistency`: coding - the coding reward's coordination component (the entry author's
-  function calls the helper `aux`, is more than a thin wrapper, uses its result; counted once a
-  test passes), in [0, 1]; writing - mean pairwise cosine of the sections' embeddings. Not defined for `single`
-  (one agent has no teammate to agree with).
+  function calls the helper author's `aux`, weighted by tests passed), in [0, 1]; writing - mean
+  pairwise cosine of the sections' embeddings. Not defined for `single` (one agent has no
+  teammate to agree with).
+- coding teams also: `helper_called` (the entry function calls every helper author's function),
+  `role_violations` (share of agents that implemented another role's function);
+  `critical_tokens` (every shape: output tokens on the critical path) sits beside `tokens`.
 - `structure`: coding - the team's module parses and defines the entry function (and `aux` for a
   team) with a return; writing - the writing reward's length score of the sections.
 - `turns`, `time_s` (completion time: the episode's wall time in seconds), `tokens` (output
@@ -99,10 +102,9 @@ DEFINITIONS = {
         "pass": "all counted test asserts of the task pass (sandboxed run of HumanEval's check, "
         "one assert at a time, 10 s each); pass@k by the unbiased estimator",
         "tests": "fraction of the task's counted test asserts that pass",
-        "consistency": "cooperation: the coding reward's coordination component in [0, 1], "
-        "as the learner computes it - (0.5 if the entry author's function calls the helper "
-        "`aux` + 1.0 if it is not a thin wrapper of it − 0.5 if it drops aux's result) / 1.5, "
-        "counted only once a test passes; not defined for `single`",
+        "consistency": "cooperation: the coding reward's coordination component in [0, 1] - "
+        "the share of helper authors' functions the entry author's function calls (half for a "
+        "thin wrapper), times 0.25 + 0.75 · tests passed; not defined for `single`",
         "helper_called": "1 if the entry author's function calls (ast.Call) every function its "
         "helper author(s) wrote, and does not define or shadow it itself; not defined for `single`",
         "role_violations": "share of the team's agents that defined a function another role owns "
@@ -115,8 +117,9 @@ DEFINITIONS = {
         "time_s": "completion time: the episode's wall time in seconds, first request to "
         "the last agent's answer",
         "tokens": "output tokens of every agent call in the episode",
-        "reward": "joint reward R = 0.6·quality + 0.1·speed + 0.3·coordination (stored with "
-        "the episode)",
+        "reward": "joint reward R = 0.6·quality + 0.3·coordination + 0.1·speed·quality − "
+        "0.3·role violations, speed = 1 − critical-path tokens / the single agent's budget "
+        "(stored with the episode)",
     },
     "writing": {
         "pass": "the environment's success: every section non-empty and inside its role's "
@@ -134,7 +137,10 @@ DEFINITIONS = {
         "turns": "turns the episode took",
         "time_s": "completion time: the episode's wall time in seconds",
         "tokens": "output tokens of every agent call in the episode",
-        "reward": "joint reward R = 0.6·quality + 0.1·speed + 0.3·coordination",
+        "critical_tokens": "output tokens on the critical path: per turn, the longest "
+        "section's output (agents acting at once), every agent's in a pipeline",
+        "reward": "joint reward R = 0.6·quality + 0.3·coordination + 0.1·speed·quality, "
+        "speed = 1 − critical-path tokens / the single agent's budget",
     },
 }
 
