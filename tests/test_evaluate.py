@@ -242,7 +242,8 @@ def solving_reply(request):
     if "only the helper function `aux`" in system:
         return "```python\ndef aux(x):\n    return x\n```"
     for problem in PROBLEMS.values():
-        if problem["prompt"] in user:
+        # the entry author sees its function's stub in the contract, not the whole problem
+        if problem["prompt"] in user or f"def {problem['entry_point']}(" in user:
             return f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
     raise AssertionError("no problem in the prompt")
 
