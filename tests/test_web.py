@@ -106,6 +106,12 @@ def test_the_form_refuses_an_empty_or_oversized_prompt():
         chosen_task("coding", "user", None, "def f(:", "")
 
 
+def test_the_form_accepts_comments_and_a_bare_signature():
+    prompt = "# Rotate a list right by k places.\ndef rotate(items, k):\n"
+    task = chosen_task("coding", "user", None, prompt, "assert rotate([1, 2], 1) == [2, 1]")
+    assert task.entry_point == "rotate" and task.prompt == prompt
+
+
 def test_the_same_own_prompt_is_the_same_task():
     one = chosen_task("coding", "user", None, "def f(x):\n    '''Double.'''\n", "assert f(2) == 4")
     two = chosen_task("coding", "user", None, "def f(x):\n    '''Double.'''\n", "assert f(2) == 4")
