@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import operator
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -438,12 +437,6 @@ class EpisodeResult:
         }
 
 
-def adapter_version(name: str | None) -> int:
-    """The version number in an adapter name like `agent1-v3` (0: the base model or unknown)."""
-    match = re.search(r"-v(\d+)$", name or "")
-    return int(match.group(1)) if match else 0
-
-
 def make_team(
     task: Task,
     policy: Policy,
@@ -525,7 +518,7 @@ def run_episode(
             task_id,
             shape=shape,
             roles=[role.name for role in team.roles],
-            adapter_versions=[adapter_version(name) for name in team.adapters],
+            adapter_versions=[store.recorded_version(name) for name in team.adapters],
             group_id=group_id,
             sample_index=sample_index,
             params=params,

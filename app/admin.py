@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import html
 import logging
-import re
 import shutil
 import tempfile
 import threading
@@ -813,10 +812,10 @@ class AdminTab:
 
     def promote_version(self, admin_ok: bool, name: str | None):
         self.require(admin_ok)
-        match = re.fullmatch(r"agent(\d+)-v(\d+)", name or "")
-        if not match:
+        parsed = store.parse_adapter_name(name)
+        if not parsed:
             return ["⚠ Choose a version to promote.", *[gr.skip()] * 6]
-        agent, version = int(match.group(1)), int(match.group(2))
+        agent, version = parsed
         try:
             with store.open_db(self.ctx.db_path) as db:
                 promote(db, self.ctx.client, agent, version)

@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.web import build_app, launch_app
     from learner.train import TrainArgs
     from learner.worker import LearnerWorker, Schedule
-    from store import mark_interrupted_episodes, mark_interrupted_runs, open_db
+    from store import open_db, recover_interrupted
 
     allow_weak_sandbox(args)
     password = admin_password_from(args.admin_password_file)
@@ -57,8 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("no admin password configured (COTEAM_ADMIN_PASSWORD or --admin-password-file): "
               "the admin tab stays locked")  # fmt: skip
     with open_db(args.db) as db:  # a crash last time leaves rows 'running': mark them so, once
-        mark_interrupted_episodes(db)
-        mark_interrupted_runs(db)
+        recover_interrupted(db)
     server = None
     # SIGTERM (from a service manager or a test) must still run the `finally` that stops vLLM.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -397,8 +396,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from store import (
         fail_training_run,
         finish_training_run,
-        mark_interrupted_runs,
         open_db,
+        recover_interrupted,
         start_training_run,
         update_training_run,
     )
@@ -410,7 +409,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     train_args = _train_args(args)
     remove_unfinished_copies()
     with open_db(args.db) as db:
-        mark_interrupted_runs(db)
+        recover_interrupted(db)
         run_id = start_training_run(db, "cli", config=train_args.to_json())
     curve = coteam_home() / "runs" / "curves" / f"run-{run_id}.png"
     pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)

@@ -63,8 +63,8 @@ def row_id(value: float | int | str, what: str) -> int:
 
 def episode_filters(
     kind: str, shape: str, rated: str, adapter: str, status: str, task_id: float | None
-) -> dict:
-    """The form's filters as `store.list_episodes` keywords ("any" and empty mean no filter)."""
+) -> store.EpisodeFilter:
+    """The form's filters as a `store.EpisodeFilter` ("any" and empty mean no filter)."""
     filters: dict = dict(RATING_FILTERS.get(rated, {}))
     if kind not in ("any", "", None):
         filters["task_kind"] = kind
@@ -77,17 +77,21 @@ def episode_filters(
             filters["task_id"] = row_id(task_id, "task number")
         except ValueError as e:
             raise gr.Error(str(e)) from None
-    match = re.fullmatch(r"agent(\d+)-(?:v(\d+)|base)", adapter or "")
-    if match:
-        filters["adapter"] = (int(match.group(1)), int(match.group(2) or 0))
-    return filters
+    base = re.fullmatch(r"agent(\d+)-base", adapter or "")
+    if base:
+        filters["adapter"] = (int(base.group(1)), 0)
+    elif parsed := store.parse_adapter_name(adapter):
+        filters["adapter"] = parsed
+    return store.EpisodeFilter(**filters)
 
 
-def episode_rows(ctx: AppContext, filters: dict, page: int) -> tuple[list[list], int]:
+def episode_rows(
+    ctx: AppContext, filters: store.EpisodeFilter, page: int
+) -> tuple[list[list], int]:
     """One page of the history table and the number of matching episodes."""
     with store.open_db(ctx.db_path) as db:
-        total = store.count_episodes(db, **filters)
-        found = store.list_episodes(db, **filters, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
+        total = store.count_episodes(db, filters)
+        found = store.list_episodes(db, filters, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
     rows = []
     for e in found:
         rows.append(
@@ -98,7 +102,7 @@ def episode_rows(ctx: AppContext, filters: dict, page: int) -> tuple[list[list],
                 e["task_kind"],
                 e["shape"],
                 e["team_size"],
-                ", ".join(f"v{v}" if v else "base" for v in e["adapter_versions"]),
+                ", ".join(store.version_label(v) for v in e["adapter_versions"]),
                 e["status"],
                 e["turn_count"],
                 round(e["wall_time_s"], 1) if e["wall_time_s"] is not None else None,
@@ -117,7 +121,7 @@ def adapter_filter_choices(ctx: AppContext) -> list[str]:
     agents = sorted({r["agent"] for r in registered} | {0, 1})
     return (
         ["any"]
-        + [f"agent{r['agent']}-v{r['version']}" for r in registered]
+        + [store.adapter_name(r["agent"], r["version"]) for r in registered]
         + [f"agent{a}-base" for a in agents]
     )
 
@@ -145,7 +149,7 @@ def episode_markdown(episode: dict) -> str:
         + (f" · reward {episode['reward']:.3f}" if episode["reward"] is not None else ""),
         "Team: "
         + ", ".join(
-            f"agent {i + 1} {role} ({'v' + str(v) if v else 'base model'})"
+            f"agent {i + 1} {role} ({store.version_label(v)})"
             for i, (role, v) in enumerate(
                 zip(episode["roles"], episode["adapter_versions"], strict=False)
             )
@@ -275,7 +279,7 @@ class HistoryTab:
         self.open.click(self.open_episode, self.episode_number, self.detail)
 
     # -- events ----------------------------------------------------------------------------
-    def show_page(self, filters: dict, page: int):
+    def show_page(self, filters: store.EpisodeFilter, page: int):
         rows, total = episode_rows(self.ctx, filters, page)
         pages = max(1, -(-total // PAGE_SIZE))
         info = f"page {page + 1} of {pages} · {total} episode{'s' * (total != 1)}"
@@ -297,7 +301,7 @@ class HistoryTab:
         *filters, page = filters_and_page
         found = episode_filters(*filters)
         with store.open_db(self.ctx.db_path) as db:
-            last = max(0, (store.count_episodes(db, **found) - 1) // PAGE_SIZE)
+            last = max(0, (store.count_episodes(db, found) - 1) // PAGE_SIZE)
         return self.show_page(found, min(max(0, page + delta), last))
 
     def open_row(self, event: gr.SelectData):

@@ -46,7 +46,6 @@ import json
 import logging
 import math
 import os
-import re
 import time
 import warnings
 from collections import defaultdict
@@ -356,11 +355,11 @@ def load_variant_adapters(policy: Any, config: EvalConfig, db_path: str | Path |
     missing = wanted - set(policy.list_adapters())
     with store.open_db(db_path) as db:
         for name in sorted(missing):
-            match = re.fullmatch(r"agent(\d+)-v(\d+)", name)
-            if not match:
+            parsed = store.parse_adapter_name(name)
+            if not parsed:
                 raise EvalError(f"adapter {name!r} is not loaded and is not named agentK-vN")
             try:
-                row = store.get_adapter(db, int(match.group(1)), int(match.group(2)))
+                row = store.get_adapter(db, *parsed)
             except store.NotFound as e:
                 raise EvalError(f"adapter {name!r} is neither loaded nor registered") from e
             policy.load_adapter(name, row["path"])
@@ -459,7 +458,7 @@ def evaluate(
     _check_folder(config, out_dir)
     db_path = str(db or default_db_path())
     with store.open_db(db_path) as database:
-        store.mark_interrupted_episodes(database)  # a killed run leaves its episodes 'running'
+        store.recover_interrupted(database)  # a killed run leaves its episodes 'running'
     tasks = eval_tasks(config)
     journal = out_dir / "episodes.jsonl"
     done = {record_key(r) for r in read_records(journal)}

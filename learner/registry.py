@@ -19,13 +19,10 @@ from sqlite_utils import Database
 
 import store
 from agents.policy import PolicyClient
+from store.adapters import adapter_name
 from store.paths import adapters_dir
 
 KEEP_LOADED = 2  # versions per agent kept on the server: the active one and the one before
-
-
-def adapter_name(agent: int, version: int) -> str:
-    return f"agent{agent}-v{version}"
 
 
 def publish_candidate(
@@ -133,7 +130,7 @@ def _unload_old(db: Database, client: PolicyClient, agent: int) -> None:
     for r in active:
         if r.get("previous_active_version"):
             keep.add(adapter_name(agent, r["previous_active_version"]))
-    prefix = f"agent{agent}-v"
     for name in client.list_adapters():
-        if name.startswith(prefix) and name not in keep:
+        parsed = store.parse_adapter_name(name)
+        if parsed and parsed[0] == agent and name not in keep:
             client.unload_adapter(name)

@@ -230,7 +230,7 @@ def _serve_step(client, policies, scratch: Path, step: int, names, start_names) 
     new_names = []
     for agent in range(policies.n_agents):
         folder = policies.save(agent, scratch / f"step{step}" / f"agent{agent}")
-        name = f"{scratch.name}-s{step}-agent{agent}"
+        name = store.training_adapter_name(scratch.name, step, agent)
         client.load_adapter(name, str(folder))
         new_names.append(name)
     for old in set(names) - set(start_names):

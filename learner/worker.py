@@ -46,7 +46,7 @@ class LearnerWorker:
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         with store.open_db(self.db_path) as db:
-            store.mark_interrupted_runs(db)  # a crash left a run 'running': it is not
+            store.recover_interrupted(db)  # a crash left a run 'running': it is not
         remove_unfinished_copies()
 
     @property
@@ -125,10 +125,8 @@ class LearnerWorker:
         with store.open_db(self.db_path) as db:
             last = store.list_training_runs(db, limit=1)
             since = last[0]["started_at"] if last else ""
-            if s.every_ratings:
-                new = db.execute("SELECT count(*) FROM ratings WHERE created_at > ?", [since])
-                if new.fetchone()[0] >= s.every_ratings:
-                    return "ratings"
+            if s.every_ratings and store.count_ratings(db, since=since) >= s.every_ratings:
+                return "ratings"
         if s.every_minutes and (not last or _minutes_since(since) >= s.every_minutes):
             return "schedule"
         return None

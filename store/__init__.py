@@ -1,11 +1,13 @@
 """CoTeam's SQLite store: every read and write of the database goes through these functions.
 
 Modules, each documented at its top:
-- `store.db`: `open_db` (the one place that opens the database), write transactions;
-- `store.schema`: the migrations, run on open;
+- `store.db`: `open_db` (the one place that opens the database), write transactions, and
+  `migrate_schema`, run on open;
+- `store.schema`: the migrations themselves (data only);
 - `store.episodes`: tasks, episodes recorded as they run, turns, rewards, history pages;
 - `store.ratings`: validated ratings and the preference pairs they imply;
-- `store.adapters`: the adapter registry (register, activate, roll back, lineage);
+- `store.adapters`: the adapter registry (register, activate, roll back, lineage) and the
+  adapter names (`agentK-vN`, training scratch names) built and read in one place;
 - `store.training`: training runs and the episodes each one learns from;
 - `store.export`: `coteam export` to JSONL or Parquet (imported on its own: it needs pyarrow);
 - `store.paths`: where CoTeam keeps its files.
@@ -18,15 +20,30 @@ from store.adapters import (
     activate_adapter,
     active_adapters,
     adapter_lineage,
+    adapter_name,
     get_adapter,
+    parse_adapter_name,
+    recorded_version,
     register_adapter,
     reject_adapter,
     rollback_adapter,
     rollback_target,
+    training_adapter_name,
     update_adapter_metrics,
+    version_label,
 )
-from store.db import InvalidState, NotFound, StoreError, open_db, write_transaction
+from store.db import (
+    InvalidState,
+    NotFound,
+    SchemaTooNew,
+    StoreError,
+    migrate_schema,
+    open_db,
+    schema_version,
+    write_transaction,
+)
 from store.episodes import (
+    EpisodeFilter,
     add_turn,
     count_episodes,
     create_task,
@@ -41,8 +58,8 @@ from store.episodes import (
     recording_episode,
     start_episode,
 )
-from store.ratings import InvalidRating, add_rating, preference_pairs
-from store.schema import LATEST_VERSION, SchemaTooNew, migrate, schema_version
+from store.ratings import InvalidRating, add_rating, count_ratings, preference_pairs
+from store.schema import LATEST_VERSION
 from store.training import (
     TrainingRunBusy,
     cancel_training_run,
@@ -52,6 +69,7 @@ from store.training import (
     get_training_run,
     list_training_runs,
     mark_interrupted_runs,
+    recover_interrupted,
     start_training_run,
     training_data,
     update_training_run,
@@ -60,6 +78,7 @@ from store.training import (
 __all__ = [
     "LATEST_VERSION",
     "AdapterError",
+    "EpisodeFilter",
     "InvalidRating",
     "InvalidState",
     "NotFound",
@@ -69,11 +88,13 @@ __all__ = [
     "activate_adapter",
     "active_adapters",
     "adapter_lineage",
+    "adapter_name",
     "add_rating",
     "add_turn",
     "cancel_training_run",
     "claim_training_data",
     "count_episodes",
+    "count_ratings",
     "create_task",
     "fail_episode",
     "fail_training_run",
@@ -88,9 +109,12 @@ __all__ = [
     "list_training_runs",
     "mark_interrupted_episodes",
     "mark_interrupted_runs",
-    "migrate",
+    "migrate_schema",
     "open_db",
+    "parse_adapter_name",
     "preference_pairs",
+    "recorded_version",
+    "recover_interrupted",
     "record_rewards",
     "recording_episode",
     "register_adapter",
@@ -100,8 +124,10 @@ __all__ = [
     "schema_version",
     "start_episode",
     "start_training_run",
+    "training_adapter_name",
     "training_data",
     "update_adapter_metrics",
     "update_training_run",
+    "version_label",
     "write_transaction",
 ]

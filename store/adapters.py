@@ -12,15 +12,56 @@ Versions are numbered from 1 per agent. `parent` is the version the adapter was 
     register_adapter(db, 0, "adapters/agent0/v3", parent=2)      # candidate
     activate_adapter(db, 0, 3)                                    # v2 -> retired, v3 active
     rollback_adapter(db, 0)                                       # v3 -> retired, v2 active
+
+Names: version N of agent K is served as `agentK-vN` (`adapter_name`, `parse_adapter_name`); a
+training run serves each step's adapters under scratch names (`training_adapter_name`), which are
+no registered version, so the episodes they play are recorded with version None, not 0 (the base
+model): `recorded_version`. This is the one place that builds or reads these names.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from sqlite_utils import Database
 
 from store.db import NotFound, StoreError, decode_json, now, rows, write_transaction
+
+_REGISTERED = re.compile(r"agent(\d+)-v(\d+)")
+
+
+def adapter_name(agent: int, version: int) -> str:
+    """The server's name for version `version` of agent `agent`'s adapter: `agentK-vN`."""
+    return f"agent{agent}-v{version}"
+
+
+def parse_adapter_name(name: str | None) -> tuple[int, int] | None:
+    """`agentK-vN` -> (K, N); None for any other name (the base model, a scratch adapter)."""
+    match = _REGISTERED.fullmatch(name or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def training_adapter_name(run_folder: str, step: int, agent: int) -> str:
+    """The scratch name of agent `agent`'s adapter after step `step` of a training run whose
+    scratch folder is `run_folder` (unique per run: a shared server may know older runs)."""
+    return f"{run_folder}-s{step}-agent{agent}"
+
+
+def recorded_version(name: str | None) -> int | None:
+    """The adapter version an episode served by `name` records: 0 for the base model (no name),
+    N for `agentK-vN`, None for any other adapter (a training run's scratch adapter)."""
+    if name is None:
+        return 0
+    parsed = parse_adapter_name(name)
+    return parsed[1] if parsed else None
+
+
+def version_label(version: int | None) -> str:
+    """How a recorded adapter version reads in the UI: `base`, `v3`, or `training` (None)."""
+    if version is None:
+        return "training"
+    return f"v{version}" if version else "base"
 
 
 class AdapterError(StoreError, ValueError):

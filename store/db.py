@@ -8,7 +8,8 @@ set up for many writers at once:
 - `synchronous=NORMAL`: a killed process loses nothing committed (only a power cut can lose
   the last transactions), and commits don't wait for fsync;
 - foreign keys on;
-- pending migrations applied (see `store.schema`); a database from a newer CoTeam is refused.
+- pending migrations (`store.schema.MIGRATIONS`) applied by `migrate_schema`; a database
+  from a newer CoTeam is refused.
 
 Every write goes through `write_transaction(db)`, which starts with `BEGIN IMMEDIATE`: the write
 lock is taken up front, so two writers never both hold a read snapshot and then deadlock trying
@@ -32,7 +33,7 @@ import json
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 import psutil
 from sqlite_utils import Database
 
+from store import schema
 from store.paths import default_db_path
 
 BUSY_TIMEOUT_S = 30.0
@@ -60,11 +62,9 @@ class InvalidState(StoreError, ValueError):
 def open_db(path: str | Path | None = None, *, migrate: bool = True) -> Database:
     """Open (creating if needed) the CoTeam database and bring its schema up to date.
 
-    `path` defaults to `COTEAM_HOME/coteam.db`. Raises `store.schema.SchemaTooNew` if the file
+    `path` defaults to `COTEAM_HOME/coteam.db`. Raises `SchemaTooNew` if the file
     was written by a newer CoTeam. `migrate=False` skips migrations (only tests want that).
     """
-    from store.schema import migrate as apply_migrations  # schema imports this module
-
     path = Path(path) if path is not None else default_db_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -75,7 +75,7 @@ def open_db(path: str | Path | None = None, *, migrate: bool = True) -> Database
         conn.execute("PRAGMA foreign_keys = ON")
         db = Database(conn)
         if migrate:
-            apply_migrations(db)
+            migrate_schema(db)
     except BaseException:
         conn.close()
         raise
@@ -183,9 +183,32 @@ def owner_alive(owner: str | None) -> bool:
         return False
 
 
-def orphaned(running: list[dict], all_running: bool = False) -> list[dict]:
-    """The rows (with an `owner` column) whose writing process is gone; all with `all_running`."""
-    return [row for row in running if all_running or not owner_alive(row["owner"])]
+def fail_orphaned(
+    db: Database,
+    table: str,
+    state_column: str,
+    fail: Callable[[dict], None],
+    *,
+    all_running: bool = False,
+) -> list[int]:
+    """Fail the rows of `table` left 'running' by a process that is gone; return their ids.
+
+    The one recovery path for rows a killed process left behind (episodes, training runs):
+    `fail(row)` closes one row, all of them in one write transaction. With `all_running` every
+    running row counts as orphaned (e.g. its processes lived on a host known to be down).
+    """
+    query = f"SELECT * FROM {table} WHERE {state_column} = 'running' ORDER BY id"
+
+    def stale() -> list[dict]:
+        return [row for row in rows(db, query) if all_running or not owner_alive(row["owner"])]
+
+    if not stale():
+        return []  # the usual case: no write lock taken
+    with write_transaction(db):
+        found = stale()  # again, under the lock
+        for row in found:
+            fail(row)
+    return [row["id"] for row in found]
 
 
 def decode_json(row: dict, *columns: str) -> dict:
@@ -194,3 +217,57 @@ def decode_json(row: dict, *columns: str) -> dict:
         if row.get(column) is not None:
             row[column] = json.loads(row[column])
     return row
+
+
+# -- migrations (the list itself is in store.schema) ----------------------------------------
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer CoTeam than this one."""
+
+
+def schema_version(db: Database) -> int:
+    """The schema version of an open database (0 for an empty file)."""
+    if not db["schema_version"].exists():
+        return 0
+    return rows(db, "SELECT coalesce(max(version), 0) AS v FROM schema_version")[0]["v"]
+
+
+def migrate_schema(db: Database, target: int | None = None) -> int:
+    """Apply the migrations up to `target` (default: all), in one write transaction.
+
+    Returns the new version. Raises `SchemaTooNew` if the database is already past the newest
+    version this code knows.
+    """
+    latest = len(schema.MIGRATIONS)
+    target = latest if target is None else target
+    if not 0 <= target <= latest:
+        raise ValueError(f"no schema version {target}; this CoTeam knows 0 to {latest}")
+    _refuse_newer(db)
+    if schema_version(db) >= target:
+        return schema_version(db)
+    with write_transaction(db):
+        # read again under the write lock: another process may have migrated meanwhile
+        version = schema_version(db)
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version "
+            "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        for number in range(version + 1, target + 1):
+            for statement in schema.MIGRATIONS[number - 1]:
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", [number, now()]
+            )
+    return schema_version(db)
+
+
+def _refuse_newer(db: Database) -> None:
+    version = schema_version(db)
+    if version > len(schema.MIGRATIONS):
+        path = db.conn.execute("PRAGMA database_list").fetchone()[2]
+        raise SchemaTooNew(
+            f"the database {path} has schema version {version}, but this CoTeam only knows "
+            f"versions up to {len(schema.MIGRATIONS)}: it was written by a newer CoTeam. Upgrade CoTeam, "
+            "or point COTEAM_HOME at another folder; the file was left unchanged."
+        )

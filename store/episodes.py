@@ -14,7 +14,8 @@ outright leaves it 'running', and `mark_interrupted_episodes()` (run at start-up
 whose recording process is gone and marks them failed.
 
 Agents are numbered from 0 within their team; `adapter_versions[i]` is the adapter version agent
-i ran (0 is the base model). Reading: `get_episode` (everything about one episode),
+i ran (0 is the base model, None an unregistered adapter such as a training run's scratch one,
+see `store.adapters.recorded_version`). Reading: `get_episode` (everything about one episode),
 `get_episodes` (many, in one go), `list_episodes` / `count_episodes` (filtered pages for the UI).
 """
 
@@ -24,6 +25,7 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlite_utils import Database
@@ -33,8 +35,8 @@ from store.db import (
     NotFound,
     current_owner,
     decode_json,
+    fail_orphaned,
     now,
-    orphaned,
     rows,
     seconds_since,
     write_transaction,
@@ -104,7 +106,7 @@ def start_episode(
     *,
     shape: str,
     roles: Sequence[str],
-    adapter_versions: Sequence[int] | None = None,
+    adapter_versions: Sequence[int | None] | None = None,
     group_id: str | None = None,
     sample_index: int = 0,
     params: dict | None = None,
@@ -112,7 +114,8 @@ def start_episode(
     """Record that a team started on a task; return the new episode's id (status 'running').
 
     `roles[i]` is agent i's role, so the team size is `len(roles)`; `adapter_versions[i]` the
-    adapter version it runs (default: all 0, the base model). `group_id` and `sample_index`
+    adapter version it runs (default: all 0, the base model; None: an adapter that is no
+    registered version, e.g. a training run's scratch adapter). `group_id` and `sample_index`
     tie together the G joint samples drawn for one task; `params` holds sampling settings.
     """
     roles = list(roles)
@@ -123,8 +126,10 @@ def start_episode(
     versions = list(adapter_versions) if adapter_versions is not None else [0] * len(roles)
     if len(versions) != len(roles):
         raise ValueError(f"{len(roles)} roles but {len(versions)} adapter versions")
-    if not all(isinstance(v, int) and v >= 0 for v in versions):
-        raise ValueError(f"adapter versions are integers >= 0 (0 = base), got {versions!r}")
+    if not all(v is None or (isinstance(v, int) and v >= 0) for v in versions):
+        raise ValueError(
+            f"adapter versions are integers >= 0 (0 = base) or None (unregistered), got {versions!r}"
+        )
     if not isinstance(shape, str) or not shape:
         raise ValueError("an episode needs a team shape, e.g. 'parallel'")
     with write_transaction(db):
@@ -223,7 +228,7 @@ def recording_episode(
     *,
     shape: str,
     roles: Sequence[str],
-    adapter_versions: Sequence[int] | None = None,
+    adapter_versions: Sequence[int | None] | None = None,
     group_id: str | None = None,
     sample_index: int = 0,
     params: dict | None = None,
@@ -295,15 +300,12 @@ def mark_interrupted_episodes(db: Database, *, all_running: bool = False) -> lis
     Run it at start-up. With `all_running=True` every running episode is marked, e.g. when
     the recording processes lived on another host that is known to be down.
     """
-    query = "SELECT * FROM episodes WHERE status = 'running' ORDER BY id"
-    if not orphaned(rows(db, query), all_running):
-        return []  # the usual case: no write lock taken
-    with write_transaction(db):
-        stale = orphaned(rows(db, query), all_running)  # again, under the lock
-        for episode in stale:
-            error = f"interrupted: the process recording it ({episode['owner']}) stopped"
-            _close_episode(db, episode, "failed", error=error)
-    return [episode["id"] for episode in stale]
+
+    def fail(episode: dict) -> None:
+        error = f"interrupted: the process recording it ({episode['owner']}) stopped"
+        _close_episode(db, episode, "failed", error=error)
+
+    return fail_orphaned(db, "episodes", "status", fail, all_running=all_running)
 
 
 def _close_episode(
@@ -421,39 +423,63 @@ def get_episodes(db: Database, episode_ids: Sequence[int]) -> list[dict]:
     return [found[i] for i in ids if i in found]
 
 
-def list_episodes(
-    db: Database,
-    *,
-    task_kind: str | None = None,
-    task_id: int | None = None,
-    shape: str | None = None,
-    status: str | None = None,
-    rated: bool | None = None,
-    min_score: float | None = None,
-    adapter: tuple[int, int] | None = None,
-    group_id: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-) -> list[dict]:
-    """One page of episode summaries, newest first, for the history view.
+@dataclass(frozen=True)
+class EpisodeFilter:
+    """Which episodes `list_episodes` and `count_episodes` look at (None: no filter on it).
 
-    Filters: the task's kind or id, team shape, status, `rated` (True: has any rating, False:
-    none), `min_score` (mean team-level 1-5 score at least this), `adapter=(agent, version)`
-    (agent ran that adapter version), `group_id`. Rows carry the episode's columns plus
-    `task_kind`, `prompt`, `rating_count` and `mean_score`; no turns (see `get_episode`).
+    `rated`: True has any rating, False none; `min_score`: mean team-level 1-5 score at least
+    this; `adapter=(agent, version)`: that agent ran that adapter version (0: the base model).
+    """
+
+    task_kind: str | None = None
+    task_id: int | None = None
+    shape: str | None = None
+    status: str | None = None
+    rated: bool | None = None
+    min_score: float | None = None
+    adapter: tuple[int, int] | None = None
+    group_id: str | None = None
+
+    def where(self) -> tuple[str, dict]:
+        """The SQL WHERE clause (on `episodes e JOIN tasks t`) and its parameters."""
+        clauses, params = [], {}
+        for name, column in [
+            ("task_kind", "t.kind"),
+            ("task_id", "e.task_id"),
+            ("shape", "e.shape"),
+            ("status", "e.status"),
+            ("group_id", "e.group_id"),
+        ]:
+            if getattr(self, name) is not None:
+                clauses.append(f"{column} = :{name}")
+                params[name] = getattr(self, name)
+        rated_sql = "EXISTS (SELECT 1 FROM ratings r WHERE r.episode_id = e.id OR r.other_episode_id = e.id)"
+        if self.rated is not None:
+            clauses.append(rated_sql if self.rated else f"NOT {rated_sql}")
+        if self.min_score is not None:
+            clauses.append(
+                "(SELECT avg(r.value) FROM ratings r WHERE r.episode_id = e.id"
+                " AND r.kind = 'score' AND r.agent IS NULL) >= :min_score"
+            )
+            params["min_score"] = self.min_score
+        if self.adapter is not None:
+            agent, version = self.adapter
+            clauses.append("json_extract(e.adapter_versions, '$[' || :agent || ']') = :version")
+            params.update(agent=agent, version=version)
+        return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def list_episodes(
+    db: Database, where: EpisodeFilter | None = None, *, limit: int = 50, offset: int = 0
+) -> list[dict]:
+    """One page of the episodes `where` selects (default: all), newest first, for the history view.
+
+    Rows carry the episode's columns plus `task_kind`, `prompt`, `rating_count` and
+    `mean_score`; no turns (see `get_episode`).
     """
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset cannot be negative")
-    where, params = _episode_filters(
-        task_kind=task_kind,
-        task_id=task_id,
-        shape=shape,
-        status=status,
-        rated=rated,
-        min_score=min_score,
-        adapter=adapter,
-        group_id=group_id,
-    )
+    clause, params = (where or EpisodeFilter()).where()
     page = rows(
         db,
         f"""
@@ -463,7 +489,7 @@ def list_episodes(
             (SELECT avg(r.value) FROM ratings r
              WHERE r.episode_id = e.id AND r.kind = 'score' AND r.agent IS NULL) AS mean_score
         FROM episodes e JOIN tasks t ON t.id = e.task_id
-        {where}
+        {clause}
         ORDER BY e.id DESC LIMIT :limit OFFSET :offset
         """,
         {**params, "limit": limit, "offset": offset},
@@ -471,59 +497,8 @@ def list_episodes(
     return [decode_json(row, *EPISODE_JSON) for row in page]
 
 
-def count_episodes(
-    db: Database,
-    *,
-    task_kind: str | None = None,
-    task_id: int | None = None,
-    shape: str | None = None,
-    status: str | None = None,
-    rated: bool | None = None,
-    min_score: float | None = None,
-    adapter: tuple[int, int] | None = None,
-    group_id: str | None = None,
-) -> int:
-    """How many episodes `list_episodes` would page through with the same filters."""
-    where, params = _episode_filters(
-        task_kind=task_kind,
-        task_id=task_id,
-        shape=shape,
-        status=status,
-        rated=rated,
-        min_score=min_score,
-        adapter=adapter,
-        group_id=group_id,
-    )
-    sql = f"SELECT count(*) AS n FROM episodes e JOIN tasks t ON t.id = e.task_id {where}"
+def count_episodes(db: Database, where: EpisodeFilter | None = None) -> int:
+    """How many episodes `list_episodes` would page through with the same filter."""
+    clause, params = (where or EpisodeFilter()).where()
+    sql = f"SELECT count(*) AS n FROM episodes e JOIN tasks t ON t.id = e.task_id {clause}"
     return rows(db, sql, params)[0]["n"]
-
-
-def _episode_filters(**given: Any) -> tuple[str, dict]:
-    """The WHERE clause and parameters shared by `list_episodes` and `count_episodes`."""
-    clauses, params = [], {}
-    for name, column in [
-        ("task_kind", "t.kind"),
-        ("task_id", "e.task_id"),
-        ("shape", "e.shape"),
-        ("status", "e.status"),
-        ("group_id", "e.group_id"),
-    ]:
-        if given[name] is not None:
-            clauses.append(f"{column} = :{name}")
-            params[name] = given[name]
-    rated_sql = (
-        "EXISTS (SELECT 1 FROM ratings r WHERE r.episode_id = e.id OR r.other_episode_id = e.id)"
-    )
-    if given["rated"] is not None:
-        clauses.append(rated_sql if given["rated"] else f"NOT {rated_sql}")
-    if given["min_score"] is not None:
-        clauses.append(
-            "(SELECT avg(r.value) FROM ratings r WHERE r.episode_id = e.id"
-            " AND r.kind = 'score' AND r.agent IS NULL) >= :min_score"
-        )
-        params["min_score"] = given["min_score"]
-    if given["adapter"] is not None:
-        agent, version = given["adapter"]
-        clauses.append("json_extract(e.adapter_versions, '$[' || :agent || ']') = :version")
-        params.update(agent=agent, version=version)
-    return ("WHERE " + " AND ".join(clauses) if clauses else ""), params

@@ -219,3 +219,8 @@ def preference_pairs(db: Database) -> Iterator[dict]:
             ORDER BY a.id, b.id
             """,
         )
+
+
+def count_ratings(db: Database, *, since: str = "") -> int:
+    """How many ratings were given after the timestamp `since` (default: all of them)."""
+    return rows(db, "SELECT count(*) AS n FROM ratings WHERE created_at > ?", [since])[0]["n"]

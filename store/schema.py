@@ -2,9 +2,10 @@
 
 `MIGRATIONS[n - 1]` brings a database from version n - 1 to version n; `schema_version` records
 each one applied. Migrations only ever append: to change the schema, add a migration at the end
-and never edit one that has shipped. `open_db()` runs the pending ones in one write transaction
-(a crash mid-upgrade leaves the old version intact), and refuses a database whose version is
-newer than `LATEST_VERSION`, written by a newer CoTeam, rather than guess at its meaning.
+and never edit one that has shipped. `open_db()` runs the pending ones (`store.db.migrate_schema`) in one
+write transaction (a crash mid-upgrade leaves the old version intact), and refuses a database
+whose version is newer than `LATEST_VERSION`, written by a newer CoTeam, rather than guess at its
+meaning. This module is data only and imports nothing of the store.
 
 Conventions: JSON columns hold JSON text (checked with `json_valid`), timestamps are ISO-8601
 UTC strings, agents are numbered from 0 within their team, adapter version 0 is the base model.
@@ -14,10 +15,6 @@ Version 2 - what the learner keeps: training runs, which episodes each run used,
 """
 
 from __future__ import annotations
-
-from sqlite_utils import Database
-
-from store.db import StoreError, now, rows, write_transaction
 
 MIGRATIONS: list[list[str]] = [
     # 1: the episode record
@@ -159,54 +156,3 @@ MIGRATIONS: list[list[str]] = [
 ]
 
 LATEST_VERSION = len(MIGRATIONS)
-
-
-class SchemaTooNew(StoreError):
-    """The database was written by a newer CoTeam than this one."""
-
-
-def schema_version(db: Database) -> int:
-    """The schema version of an open database (0 for an empty file)."""
-    if not db["schema_version"].exists():
-        return 0
-    return rows(db, "SELECT coalesce(max(version), 0) AS v FROM schema_version")[0]["v"]
-
-
-def migrate(db: Database, target: int | None = None) -> int:
-    """Apply the migrations up to `target` (default: all), in one write transaction.
-
-    Returns the new version. Raises `SchemaTooNew` if the database is already past the newest
-    version this code knows.
-    """
-    latest = len(MIGRATIONS)
-    target = latest if target is None else target
-    if not 0 <= target <= latest:
-        raise ValueError(f"no schema version {target}; this CoTeam knows 0 to {latest}")
-    _refuse_newer(db)
-    if schema_version(db) >= target:
-        return schema_version(db)
-    with write_transaction(db):
-        # read again under the write lock: another process may have migrated meanwhile
-        version = schema_version(db)
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version "
-            "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-        )
-        for number in range(version + 1, target + 1):
-            for statement in MIGRATIONS[number - 1]:
-                db.execute(statement)
-            db.execute(
-                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", [number, now()]
-            )
-    return schema_version(db)
-
-
-def _refuse_newer(db: Database) -> None:
-    version = schema_version(db)
-    if version > len(MIGRATIONS):
-        path = db.conn.execute("PRAGMA database_list").fetchone()[2]
-        raise SchemaTooNew(
-            f"the database {path} has schema version {version}, but this CoTeam only knows "
-            f"versions up to {len(MIGRATIONS)}: it was written by a newer CoTeam. Upgrade CoTeam, "
-            "or point COTEAM_HOME at another folder; the file was left unchanged."
-        )

@@ -12,7 +12,7 @@ enforces it). The learner's loop, with the admin UI able to cancel it from anoth
 
 Training data is the finished ('ok') episodes that are rated or rewarded and not yet used by a
 run that is running or succeeded: a failed or cancelled run gives its episodes back.
-`mark_interrupted_runs()`, run at start-up, fails the runs whose process died.
+`recover_interrupted()`, run at start-up, fails the runs and episodes whose process died.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from store.db import (
     StoreError,
     current_owner,
     decode_json,
+    fail_orphaned,
     now,
-    orphaned,
     rows,
     write_transaction,
 )
-from store.episodes import get_episodes
+from store.episodes import get_episodes, mark_interrupted_episodes
 
 RUN_JSON = ("config", "metrics")
 
@@ -145,15 +145,21 @@ def list_training_runs(db: Database, *, limit: int = 20, offset: int = 0) -> lis
 
 def mark_interrupted_runs(db: Database, *, all_running: bool = False) -> list[int]:
     """Fail the 'running' runs whose process is gone (all of them with `all_running`); ids."""
-    query = "SELECT * FROM training_runs WHERE state = 'running' ORDER BY id"
-    if not orphaned(rows(db, query), all_running):
-        return []  # the usual case: no write lock taken
-    with write_transaction(db):
-        stale = orphaned(rows(db, query), all_running)  # again, under the lock
-        for run in stale:
-            error = f"interrupted: the process running it ({run['owner']}) stopped"
-            _end_run(db, decode_json(run, *RUN_JSON), "failed", error=error)
-    return [run["id"] for run in stale]
+
+    def fail(run: dict) -> None:
+        error = f"interrupted: the process running it ({run['owner']}) stopped"
+        _end_run(db, decode_json(run, *RUN_JSON), "failed", error=error)
+
+    return fail_orphaned(db, "training_runs", "state", fail, all_running=all_running)
+
+
+def recover_interrupted(db: Database, *, all_running: bool = False) -> dict[str, list[int]]:
+    """Fail every episode and training run a killed process left 'running' (run at start-up);
+    return the ids of each kind, e.g. `{"episodes": [4], "runs": []}`."""
+    return {
+        "episodes": mark_interrupted_episodes(db, all_running=all_running),
+        "runs": mark_interrupted_runs(db, all_running=all_running),
+    }
 
 
 def _end_if_running(db: Database, run_id: int, state: str, *, error: str | None) -> bool:

@@ -59,7 +59,7 @@ def record_one(db: Database, writer: int, index: int) -> int:
     )
     store.add_rating(db, episode_id, "score", value=1 + index % 5, rater=f"writer {writer}")
     if index > 0:
-        previous = store.list_episodes(db, group_id=group, limit=2)[1]["id"]
+        previous = store.list_episodes(db, store.EpisodeFilter(group_id=group), limit=2)[1]["id"]
         store.add_rating(db, previous, "pairwise", other_episode_id=episode_id, choice="right")
     return episode_id
 

@@ -286,7 +286,7 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     assert [r["consistency"] for r in rows if r["shape"] == "parallel"] == [0.0, 0.0]
     with store.open_db(db) as database:
         episode = store.get_episode(database, rows[-1]["episode_id"])
-        failed = store.count_episodes(database, status="failed")
+        failed = store.count_episodes(database, store.EpisodeFilter(status="failed"))
     assert episode["reward"] == pytest.approx(rows[-1]["reward"])
     assert episode["rewards"]["tests"] == rows[-1]["tests"] == 1.0
     assert {"coordination", "speed", "critical_tokens"} <= set(episode["rewards"])
@@ -452,7 +452,7 @@ def test_a_failed_group_is_tried_again(tmp_path):
     )
     assert [r["task"] for r in rows] == ["HumanEval/0", "HumanEval/1"] and len(calls) == 3
     with store.open_db(tmp_path / "db") as database:
-        assert store.count_episodes(database, status="failed") == 1
+        assert store.count_episodes(database, store.EpisodeFilter(status="failed")) == 1
 
 
 class RestartingPolicy(ScriptedPolicy):
@@ -475,7 +475,9 @@ def test_groups_wait_for_a_restarting_server(tmp_path, monkeypatch):
     [row] = evaluate(config, policy, tmp_path, db=tmp_path / "db", progress=False)
     assert row["pass"] and policy.health_checks == 4
     with store.open_db(tmp_path / "db") as database:
-        assert store.count_episodes(database, status="failed") == 0  # it waited, nothing failed
+        assert (
+            store.count_episodes(database, store.EpisodeFilter(status="failed")) == 0
+        )  # it waited, nothing failed
 
     never = RestartingPolicy(solving_reply, down=10**9)
     with pytest.raises(EvalError, match="did not answer"):

@@ -78,8 +78,8 @@ def test_twenty_writers_in_threads_and_processes_lose_nothing(tmp_path):
             with store.open_db(path) as db:
                 wait_for(go)
                 while not done.is_set():  # the history view, refreshed while everyone writes
-                    store.list_episodes(db, rated=True, limit=20)
-                    store.count_episodes(db, task_kind="coding")
+                    store.list_episodes(db, store.EpisodeFilter(rated=True), limit=20)
+                    store.count_episodes(db, store.EpisodeFilter(task_kind="coding"))
         except BaseException as error:
             errors.append(error)
 
@@ -112,12 +112,12 @@ def test_twenty_writers_in_threads_and_processes_lose_nothing(tmp_path):
         assert integrity(db) == "ok"
         assert db["tasks"].count == 1 + writers  # get-or-create raced, one row each
         assert db["episodes"].count == writers * per_writer
-        assert store.count_episodes(db, status="ok") == writers * per_writer
+        assert store.count_episodes(db, store.EpisodeFilter(status="ok")) == writers * per_writer
         assert db["turns"].count == writers * per_writer * TURNS * AGENTS
         assert db["rewards"].count == writers * per_writer * 3
         assert db["ratings"].count == writers * (per_writer + per_writer - 1)
         for writer in range(writers):
-            episodes = store.list_episodes(db, group_id=f"writer-{writer}")
+            episodes = store.list_episodes(db, store.EpisodeFilter(group_id=f"writer-{writer}"))
             assert sorted(e["sample_index"] for e in episodes) == list(range(per_writer))
             assert {e["final_output"] for e in episodes} == {
                 f"output of writer {writer} episode {i}" for i in range(per_writer)
@@ -182,4 +182,4 @@ def test_process_killed_while_recording_in_a_loop(tmp_path, episodes_before_kill
                 assert episode["id"] in interrupted
             if episode["reward"] is not None:  # rewards are all or nothing
                 assert len(episode["rewards"]) == 3
-        assert store.count_episodes(db, status="running") == 0
+        assert store.count_episodes(db, store.EpisodeFilter(status="running")) == 0

@@ -43,7 +43,7 @@ def test_fresh_database_records_every_migration_once(tmp_path):
 def test_first_schema_upgrades_in_place_keeping_its_data(tmp_path):
     path = tmp_path / "coteam.db"
     with open_db(path, migrate=False) as db:
-        assert store.migrate(db, target=1) == 1
+        assert store.migrate_schema(db, target=1) == 1
         assert "training_runs" not in table_names(db)
         task_id = store.create_task(db, "coding", "write add()")
         episode_id = store.start_episode(db, task_id, shape="single", roles=["coder"])
@@ -101,7 +101,7 @@ def test_failed_migration_leaves_the_old_version(tmp_path, monkeypatch):
 
 def test_unknown_target_version_is_refused(tmp_path):
     with open_db(tmp_path / "coteam.db") as db, pytest.raises(ValueError, match="no schema"):
-        store.migrate(db, target=schema.LATEST_VERSION + 1)
+        store.migrate_schema(db, target=schema.LATEST_VERSION + 1)
 
 
 def test_write_transaction_commits_all_or_nothing(tmp_path):

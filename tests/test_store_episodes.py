@@ -248,9 +248,10 @@ def test_list_and_count_filter_and_page(db):
     store.add_rating(db, c, "comment", text="nice")
 
     def ids(limit=50, offset=0, **filters):
-        listed = [e["id"] for e in store.list_episodes(db, limit=limit, offset=offset, **filters)]
+        where = store.EpisodeFilter(**filters)
+        listed = [e["id"] for e in store.list_episodes(db, where, limit=limit, offset=offset)]
         if offset == 0 and limit >= 4:
-            assert store.count_episodes(db, **filters) == len(listed)
+            assert store.count_episodes(db, where) == len(listed)
         return listed
 
     assert ids() == [running, c, b, a]
@@ -269,7 +270,7 @@ def test_list_and_count_filter_and_page(db):
     assert ids(limit=2, offset=2) == [b, a]
     assert ids(limit=2, offset=4) == []
 
-    row = store.list_episodes(db, task_kind="coding", limit=1, offset=1)[0]
+    row = store.list_episodes(db, store.EpisodeFilter(task_kind="coding"), limit=1, offset=1)[0]
     assert (row["id"], row["task_kind"], row["prompt"]) == (a, "coding", "code it")
     assert (row["rating_count"], row["mean_score"], row["adapter_versions"]) == (2, 4.5, [1, 0])
     with pytest.raises(ValueError):

@@ -282,14 +282,12 @@ def test_history_filters_and_the_full_episode(ctx):
     assert [row[0] for row in table["data"]] == [episode_id] and "1 episode" in info
     table, *_ = history.first_page("writing", "any", "any", "any", "any", 0)
     assert table["data"] == []
-    assert episode_filters("any", "any", "not rated", "agent1-v3", "any", 0) == {
-        "rated": False,
-        "adapter": (1, 3),
-    }
-    assert episode_filters("any", "any", "any", "agent0-base", "any", 5) == {
-        "adapter": (0, 0),
-        "task_id": 5,
-    }
+    assert episode_filters("any", "any", "not rated", "agent1-v3", "any", 0) == store.EpisodeFilter(
+        rated=False, adapter=(1, 3)
+    )
+    assert episode_filters("any", "any", "any", "agent0-base", "any", 5) == store.EpisodeFilter(
+        adapter=(0, 0), task_id=5
+    )
     text = history.open_episode(episode_id)
     assert f"Episode {episode_id}" in text and "What the agent saw" in text
     assert "helper-function author" in text  # agent 0's observation
