@@ -157,6 +157,14 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         assert run["metrics"]["history"][0]["human_groups"] == 1
         rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
         rewarded = db.execute("SELECT count(DISTINCT episode_id) FROM rewards").fetchone()[0]
+        episodes = store.get_episodes(db, [e["id"] for e in store.list_episodes(db, limit=1000)])
+    # step 2 samples with step 1's scratch adapters: no registered version, and not the base model
+    scratch = [
+        e for e in episodes if any(a and a.startswith("run-") for a in e["params"]["adapters"])
+    ]
+    assert len(scratch) >= 2, [e["params"]["adapters"] for e in episodes]
+    for episode in scratch:
+        assert episode["adapter_versions"] == [None, None], episode["params"]["adapters"]
     assert rewarded >= 2 * 2  # every sampled episode was scored (plus the gate's)
     assert (home / "runs" / "curves" / f"run-{run['id']}.png").stat().st_size > 1000
     for agent, lineage in rows.items():

@@ -206,6 +206,35 @@ def test_adapters_by_agent_and_the_base_model(tmp_path):
         assert store.get_episode(db, result.episode_id)["adapter_versions"] == [0, 0, 7]
 
 
+def test_a_training_runs_scratch_adapter_is_recorded_as_no_version_not_the_base_model(tmp_path):
+    scratch = store.training_adapter_name("run-4-a1b2c3", 2, 0)  # as learner/train.py names it
+    result = run_episode(
+        CODING,
+        ScriptedPolicy(code_reply),
+        agents=2,
+        adapters=[scratch, "agent1-v3"],
+        db=tmp_path / "c.db",
+    )
+    with store.open_db(tmp_path / "c.db") as db:
+        episode = store.get_episode(db, result.episode_id)
+        base_of_agent0 = store.EpisodeFilter(adapter=(0, 0))
+        assert store.count_episodes(db, base_of_agent0) == 0  # not listed as a base-model episode
+    assert episode["adapter_versions"] == [None, 3]
+    assert episode["params"]["adapters"] == [scratch, "agent1-v3"]  # which scratch adapter it was
+    assert [store.version_label(v) for v in episode["adapter_versions"]] == ["training", "v3"]
+
+
+def test_adapter_names_are_built_and_read_in_one_place():
+    assert store.parse_adapter_name(store.adapter_name(3, 12)) == (3, 12)
+    for name in (None, "", "base", "agent1-v", "agent1-v2x", "run-1-abc-s1-agent0"):
+        assert store.parse_adapter_name(name) is None
+    assert [store.recorded_version(n) for n in (None, "agent0-v5", "run-1-ab-s3-agent0")] == [
+        0,
+        5,
+        None,
+    ]
+
+
 def test_role_prompts_can_be_overridden(tmp_path):
     custom = {"helper": "CUSTOM for {entry}", "entry/ask": "Go, {entry} with {helpers}!"}
     _, policy, _ = run(CODING, "parallel", 2, tmp_path, prompts=custom)
