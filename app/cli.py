@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -43,8 +44,8 @@ def allow_weak_sandbox(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from agents.models import provision_model, resolve_model
-    from agents.policy import API_KEY_ENV, PolicyClient
-    from agents.server import ServerConfig, VLLMServer
+    from agents.policy import API_KEY_ENV
+    from agents.server import ServerConfig, connect_or_start
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
     from learner.train import TrainArgs
@@ -58,30 +59,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "the admin tab stays locked")  # fmt: skip
     with open_db(args.db) as db:  # a crash last time leaves rows 'running': mark them so, once
         recover_interrupted(db)
-    server = None
-    # SIGTERM (from a service manager or a test) must still run the `finally` that stops vLLM.
+    # SIGTERM (from a service manager or a test) must still run the exit that stops vLLM.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        if args.vllm_url:
-            client = PolicyClient(args.vllm_url, base_model=args.served_name)
-            if not client.healthy():
-                raise ServerError(f"no healthy vLLM server at {args.vllm_url} (GET /health failed)")
-            model = resolve_model(args.model)  # what the learner trains; the server's own model
-        else:
-            model = provision_model(args.model)
-            config = ServerConfig(
-                model=str(model),
-                served_name=args.served_name,
-                port=args.vllm_port,
-                agents=args.agents,
-            )
-            server = VLLMServer(config)
-            print(f"starting vLLM on {server.url} (log: {server.log_path}); about a minute on CPU")
-            server.start(wait=False)
-            server.wait_healthy(progress=print)
-            client = PolicyClient(server.url, base_model=args.served_name, api_key=server.api_key)
-            os.environ[API_KEY_ENV] = server.api_key  # for what this process starts
-            server.on_restart.append(client.restore_adapters)
+    # what the learner trains; a server at --vllm-url serves its own copy of the model
+    model = resolve_model(args.model) if args.vllm_url else provision_model(args.model)
+    config = ServerConfig(
+        model=str(model), served_name=args.served_name, port=args.vllm_port, agents=args.agents
+    )
+    with connect_or_start(args.vllm_url, config) as client:
+        os.environ[API_KEY_ENV] = client.api_key  # for what this process starts
         learner = LearnerWorker(
             client,
             model,
@@ -98,9 +84,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         demo = build_app(context)
         print(f"CoTeam on http://{args.host}:{args.port}")
         launch_app(demo, args.host, args.port)
-    finally:
-        if server is not None:
-            server.stop()
     return 0
 
 
@@ -226,27 +209,11 @@ class EpisodePrinter:
 
 def _episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     """A client of the server at --vllm-url, or of a managed server stopped when `stack` closes."""
-    from agents.models import provision_model
-    from agents.policy import PolicyClient
-    from agents.server import ServerConfig, VLLMServer
+    from agents.server import ServerConfig, connect_or_start
 
-    if args.vllm_url:
-        client = PolicyClient(args.vllm_url, base_model=args.served_name)
-        if not client.healthy():
-            raise ServerError(f"no healthy vLLM server at {args.vllm_url} (GET /health failed)")
-        return client
-    model = provision_model(args.model)
-    server = VLLMServer(ServerConfig(model=str(model), served_name=args.served_name, agents=4))
-    print(
-        f"starting vLLM on {server.url} (log: {server.log_path}); about a minute on CPU",
-        file=sys.stderr,
-    )
-    stack.callback(server.stop)
-    server.start(wait=False)
-    server.wait_healthy(progress=lambda line: print(line, file=sys.stderr))
-    client = PolicyClient(server.url, base_model=args.served_name, api_key=server.api_key)
-    server.on_restart.append(client.restore_adapters)  # a restarted server has no adapters
-    return client
+    config = ServerConfig(model=args.model, served_name=args.served_name, agents=4)
+    progress = functools.partial(print, file=sys.stderr)  # stdout carries the episode
+    return stack.enter_context(connect_or_start(args.vllm_url, config, progress=progress))
 
 
 def cmd_episode(args: argparse.Namespace) -> int:

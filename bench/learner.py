@@ -128,15 +128,14 @@ def bench_coteam(model_path, client, args) -> dict:
 
 def coteam_part(model_path, args) -> dict:
     """CoTeam's figures, on the server at --vllm-url or on a managed one started here."""
-    from agents.policy import PolicyClient
-    from agents.server import ServerConfig, VLLMServer
+    from agents.server import ServerConfig, connect_or_start
 
-    if args.vllm_url:
-        client = PolicyClient(args.vllm_url)
-        client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
+    with connect_or_start(
+        args.vllm_url, ServerConfig(model=str(model_path), agents=AGENTS)
+    ) as client:
+        if args.vllm_url:  # a server of someone else's may serve the base model under any name
+            client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
         return bench_coteam(model_path, client, args)
-    with VLLMServer(ServerConfig(model=str(model_path), agents=AGENTS)) as server:
-        return bench_coteam(model_path, PolicyClient(server.url, api_key=server.api_key), args)
 
 
 # -- TRL and comlrl: run in the bench environment --------------------------------------------

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.policy import PolicyClient, Request  # noqa: E402
-from agents.server import ServerConfig, VLLMServer  # noqa: E402
+from agents.server import ServerConfig, connect_or_start  # noqa: E402
 
 TASKS = [
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -118,17 +118,8 @@ def main() -> None:
     print("transformers generate ...", flush=True)
     hf = bench_transformers(model_path, args.tokens)
     print("vLLM server ...", flush=True)
-    server = None
-    if args.vllm_url:
-        client = PolicyClient(args.vllm_url)
-    else:
-        server = VLLMServer(ServerConfig(model=str(model_path), agents=1)).start()
-        client = PolicyClient(server.url, api_key=server.api_key)
-    try:
+    with connect_or_start(args.vllm_url, ServerConfig(model=str(model_path), agents=1)) as client:
         vl = bench_vllm(client, args.tokens)
-    finally:
-        if server:
-            server.stop()
 
     bound = bandwidth * 1e9 / (hf["read_params"] * 2)  # bf16 weights, each read once per token
     print()

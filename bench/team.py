@@ -21,9 +21,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.policy import PolicyClient  # noqa: E402
-from agents.server import ServerConfig, VLLMServer  # noqa: E402
+from agents.models import DEFAULT_MODEL  # noqa: E402
+from agents.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.tasks import humaneval_task  # noqa: E402
 from agents.team import Sampling, run_episode  # noqa: E402
 
@@ -98,19 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "bench.db"
-        if args.vllm_url:
-            rows = measure(PolicyClient(args.vllm_url), args.problems, args.repeats,
-                           args.max_tokens, db)  # fmt: skip
-        else:
-            config = ServerConfig(model=str(provision_model(args.model)), agents=2)
-            with VLLMServer(config) as server:
-                rows = measure(
-                    PolicyClient(server.url, api_key=server.api_key),
-                    args.problems,
-                    args.repeats,
-                    args.max_tokens,
-                    db,
-                )
+        with connect_or_start(args.vllm_url, ServerConfig(model=args.model, agents=2)) as client:
+            rows = measure(client, args.problems, args.repeats, args.max_tokens, db)
         report(rows)
 
 
