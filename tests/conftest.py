@@ -1,4 +1,8 @@
-"""Shared fixtures: the real model and one real vLLM server for the whole session."""
+"""Shared fixtures: the real model and one real vLLM server for the whole session, and a fresh
+store in a temp folder for each test that wants one.
+
+Every test that uses the real model (`model_path`, `vllm_server`, `policy`) must carry the
+`integration` marker: collection stops with the list of those that don't."""
 
 import os
 
@@ -8,6 +12,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import psutil  # noqa: E402
 import pytest  # noqa: E402
 
+import store  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.policy import API_KEY_ENV, PolicyClient  # noqa: E402
 from agents.server import ServerConfig, VLLMServer  # noqa: E402
@@ -47,3 +52,40 @@ def vllm_server(model_path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def policy(vllm_server):
     return PolicyClient(vllm_server.url, api_key=vllm_server.api_key)
+
+
+REAL_MODEL_FIXTURES = {"model_path", "vllm_server", "policy"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Refuse a test that uses the real model without the `integration` marker."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests use the real model but are not marked integration: " + ", ".join(unmarked)
+        )
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh COTEAM_HOME (adapters, runs, logs and the default database live under it)."""
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def db(tmp_path):
+    """An open, empty, fully migrated store in a temp folder."""
+    with store.open_db(tmp_path / "coteam.db") as db:
+        yield db
+
+
+@pytest.fixture
+def task_id(db):
+    """A coding task in `db`."""
+    return store.create_task(db, "coding", "write add()", metadata={"entry": "add"})

@@ -19,12 +19,6 @@ def record(db, task_id, texts, shape="parallel"):
     return episode
 
 
-@pytest.fixture
-def db(tmp_path):
-    with store.open_db(tmp_path / "coteam.db") as db:
-        yield db
-
-
 def test_rating_values():
     assert rating_value({"kind": "score", "value": 5, "agent": None}, 1) == 1.0
     assert rating_value({"kind": "score", "value": 2, "agent": None}, 1) == 0.25
@@ -63,6 +57,7 @@ def test_rated_parallel_episodes_of_a_task_form_a_group(db):
     assert human_reward(store.get_episode(db, unrated), 0.5) is None
 
 
+@pytest.mark.integration
 def test_episode_sample_is_the_agents_own_observation_and_completion(db, model_path):
     from transformers import AutoTokenizer
 

@@ -32,12 +32,6 @@ def two_versions(model_path, tmp_path_factory):
     return root / "a", root / "b"
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("COTEAM_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
     db_path = home / "coteam.db"
     with store.open_db(db_path) as db:

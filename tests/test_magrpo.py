@@ -66,6 +66,7 @@ def test_discounted_return():
     assert discounted_return(1.0, [], gamma=0.5) == 1.0
 
 
+@pytest.mark.integration
 def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path):
     """Real model, two LoRA agents: after one step, the sample with the positive advantage is more
     likely under each agent, and only the agent that was updated changed."""

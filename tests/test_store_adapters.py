@@ -11,12 +11,6 @@ from agents.policy import PolicyError
 from learner import registry
 
 
-@pytest.fixture
-def db(tmp_path):
-    with store.open_db(tmp_path / "coteam.db") as db:
-        yield db
-
-
 def states(db, agent=0):
     return {a["version"]: a["state"] for a in store.adapter_lineage(db, agent)}
 

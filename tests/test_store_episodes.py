@@ -12,17 +12,6 @@ import store
 from store.db import current_owner
 
 
-@pytest.fixture
-def db(tmp_path):
-    with store.open_db(tmp_path / "coteam.db") as db:
-        yield db
-
-
-@pytest.fixture
-def task_id(db):
-    return store.create_task(db, "coding", "write add()", metadata={"entry": "add"})
-
-
 def dead_owner() -> str:
     """An owner string naming a process of this host that has exited."""
     child = subprocess.run(

@@ -10,12 +10,6 @@ import store
 from store.ratings import MAX_COMMENT_CHARS, MAX_RATER_CHARS
 
 
-@pytest.fixture
-def db(tmp_path):
-    with store.open_db(tmp_path / "coteam.db") as db:
-        yield db
-
-
 def finished(db, task_id, output="output", roles=("helper", "main")):
     episode_id = store.start_episode(db, task_id, shape="parallel", roles=list(roles))
     for agent in range(len(roles)):

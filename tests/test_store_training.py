@@ -11,17 +11,6 @@ import pytest
 import store
 
 
-@pytest.fixture
-def db(tmp_path):
-    with store.open_db(tmp_path / "coteam.db") as db:
-        yield db
-
-
-@pytest.fixture
-def task_id(db):
-    return store.create_task(db, "coding", "write add()")
-
-
 def finished(db, task_id, versions=(0, 0), group_id=None, kind_of_feedback="reward"):
     episode_id = store.start_episode(
         db,

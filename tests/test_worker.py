@@ -3,18 +3,10 @@ real ones run in test_learner.py against the server)."""
 
 from __future__ import annotations
 
-import pytest
-
 import store
 from learner import worker as worker_module
 from learner.promotion import GateResult
 from learner.worker import LearnerWorker
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("COTEAM_HOME", str(tmp_path))
-    return tmp_path
 
 
 def fake_train(db_path):
