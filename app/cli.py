@@ -361,6 +361,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from learner.registry import remove_unfinished_copies
     from learner.train import steps_per_pass, train, training_tasks
     from store import (
+        adapter_name,
         fail_training_run,
         finish_training_run,
         open_db,
@@ -420,7 +421,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         with open_db(args.db) as db:
             update_training_run(db, run_id, message="done")
             finish_training_run(db, run_id, metrics=metrics)
-    versions = ", ".join(f"agent{a}-v{v}" for a, v in candidates.items()) or "none"
+    versions = ", ".join(adapter_name(a, v) for a, v in candidates.items()) or "none"
     print(f"training run {run_id} done; candidates: {versions}; curve: {curve}")
     return 0
 
