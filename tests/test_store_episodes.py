@@ -224,6 +224,31 @@ def test_interrupted_episodes_of_dead_processes_are_marked_failed(db, task_id):
     assert store.mark_interrupted_episodes(db, all_running=True) == [mine, remote]
 
 
+def test_one_recovery_call_fails_the_episodes_and_runs_of_a_dead_process(db, task_id):
+    dead = dead_owner()
+    alive = store.start_episode(db, task_id, shape="single", roles=["w"])
+    episode = store.start_episode(db, task_id, shape="single", roles=["w"])
+    run = store.start_training_run(db, "cli")
+    db["episodes"].update(episode, {"owner": dead})
+    db["training_runs"].update(run, {"owner": dead})
+
+    assert store.recover_interrupted(db) == {"episodes": [episode], "runs": [run]}
+    assert store.get_episode(db, episode)["status"] == "failed"
+    assert store.get_training_run(db, run)["state"] == "failed"
+    assert store.get_episode(db, alive)["status"] == "running"
+    assert store.recover_interrupted(db) == {"episodes": [], "runs": []}  # nothing left to do
+
+
+def test_start_episode_accepts_an_unregistered_adapter_as_none(db, task_id):
+    episode_id = store.start_episode(
+        db, task_id, shape="parallel", roles=["a", "b"], adapter_versions=[None, 2]
+    )
+    assert store.get_episode(db, episode_id)["adapter_versions"] == [None, 2]
+    found = store.list_episodes(db, store.EpisodeFilter(adapter=(1, 2)))
+    assert [e["id"] for e in found] == [episode_id]
+    assert store.count_episodes(db, store.EpisodeFilter(adapter=(0, 0))) == 0
+
+
 def test_list_and_count_filter_and_page(db):
     code = store.create_task(db, "coding", "code it")
     prose = store.create_task(db, "writing", "write it")
