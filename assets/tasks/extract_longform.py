@@ -55,7 +55,9 @@ def strip_markup(text: str) -> str:
     lines = [
         line.strip()
         for line in text.splitlines()
-        if line.strip() and not line.lstrip().startswith(("*", "#", ":", ";", "|", "!", "{", "}"))
+        if line.strip()
+        and not line.lstrip().startswith(("*", "#", ":", ";", "|", "!", "{", "}"))
+        and not re.fullmatch(r"\s*=+.*=+\s*", line)  # sub-section headings
     ]
     text = " ".join(lines)
     text = re.sub(r"\(\s*[,;]?\s*\)", "", text)
