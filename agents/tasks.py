@@ -295,9 +295,7 @@ def _longform_task(row: dict, source: str, source_id: str | None = None) -> Task
     )
 
 
-def longform_prompt_task(
-    prompt: str, sections: str | None = None, target_words: int = 600
-) -> Task:
+def longform_prompt_task(prompt: str, sections: str | None = None, target_words: int = 600) -> Task:
     """A person's own long-form request. `sections` has one section a line, `Heading: brief`
     (the brief is optional); without it the document gets DEFAULT_OUTLINE. The title is the
     request's first line."""

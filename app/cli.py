@@ -650,13 +650,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--split",
         default="heldout",
         choices=["heldout", "train", "all"],
-        help="HumanEval 0-31 held out, 32-163 train; writing: items 0-29 held out (default heldout)",
+        help="HumanEval 0-31 held out, 32-163 train; writing: items 0-29 held out, longform: "
+        "every fourth (default heldout)",
     )
     p.add_argument(
         "--writing-set",
         default="xsum",
-        choices=["xsum", "abstracts"],
-        help="writing tasks: XSum summaries or abstracts from titles (default xsum)",
+        choices=["xsum", "abstracts", "longform"],
+        help="writing tasks: XSum summaries, abstracts from titles, or long-form 4-section "
+        "articles (default xsum)",
     )
     p.add_argument("--limit", type=int, help="only the first M tasks of the split")
     p.add_argument(

@@ -62,8 +62,9 @@ from scipy import stats
 
 import store
 from agents.feedback import parse_check, sandbox_check
+from agents.outline import structure_compliance
 from agents.roles import SHAPES
-from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
+from agents.tasks import Task, abstract_tasks, humaneval_tasks, longform_tasks, xsum_tasks
 from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
 from learner.rewards import defines_with_return, score_episode
 from store.paths import default_db_path
@@ -72,11 +73,13 @@ log = logging.getLogger(__name__)
 
 BASELINES = ("single", "naive_concat", "sequential_pipeline", "one_round_discussion")
 SPLITS = {"heldout": "held_out", "held_out": "held_out", "train": "train", "all": "all"}
-# Writing sets have no published split; the first 30 items of each are held out for evaluation.
+# xsum and abstracts have no published split; their first 30 items are held out for evaluation.
+# longform's split is in its file (every fourth task held out).
 WRITING_HELD_OUT = 30
 WRITING_SETS: dict[str, Callable[[], list[Task]]] = {
     "xsum": xsum_tasks,
     "abstracts": abstract_tasks,
+    "longform": longform_tasks,
 }
 BASE_VARIANT = "base"
 HEALTH_POLL_S = 5.0  # how often a group waiting for a restarted server asks /health
@@ -155,7 +158,7 @@ class EvalConfig:
 
     task: str = "coding"  # coding | writing
     split: str = "heldout"  # heldout | train | all
-    writing_set: str = "xsum"  # xsum | abstracts (writing only)
+    writing_set: str = "xsum"  # xsum | abstracts | longform (writing only)
     limit: int | None = None  # the first `limit` tasks of the split
     shapes: tuple[str, ...] = SHAPES
     agents: int = 2  # team size of every shape but `single`
@@ -181,7 +184,7 @@ class EvalConfig:
         if self.split not in SPLITS:
             raise EvalError(f"unknown split {self.split!r}: heldout, train or all")
         if self.writing_set not in WRITING_SETS:
-            raise EvalError(f"unknown writing set {self.writing_set!r}: xsum or abstracts")
+            raise EvalError(f"unknown writing set {self.writing_set!r}: {', '.join(WRITING_SETS)}")
         unknown = [s for s in self.shapes if s not in SHAPES]
         if unknown or not self.shapes:
             raise EvalError(f"unknown shapes {unknown}: choose from {', '.join(SHAPES)}")
@@ -228,10 +231,13 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def eval_tasks(config: EvalConfig) -> list[Task]:
-    """The tasks of the run: HumanEval's fixed split for coding; for writing, items 0-29 of the
-    set are held out, the rest are for training. The first `limit` of them."""
+    """The tasks of the run: HumanEval's fixed split for coding; longform's split in its file;
+    for the other writing sets, items 0-29 are held out, the rest are for training. The first
+    `limit` of them."""
     if config.task == "coding":
         tasks = humaneval_tasks(SPLITS[config.split])
+    elif config.writing_set == "longform":
+        tasks = longform_tasks(SPLITS[config.split])
     else:
         items = WRITING_SETS[config.writing_set]()
         tasks = {"held_out": items[:WRITING_HELD_OUT], "train": items[WRITING_HELD_OUT:]}.get(
@@ -291,6 +297,15 @@ def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
             "redundancy": reward["redundancy"] if team else None,
             "words": [len(p.split()) for p in parts],
         }
+        if task.form == "longform":
+            # structure: each outline section written once, by its owner; redundancy between the
+            # document's sections, for single too (one writer can also say things twice)
+            owners = [role.sections for role in result.roles]
+            metrics |= {
+                "structure": structure_compliance(parts, task.extra["outline"], owners),
+                "redundancy": reward["redundancy"],
+                "coverage": reward["coverage"],
+            }
     metrics["reward"] = scored.reward
     return metrics
 

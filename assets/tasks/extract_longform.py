@@ -22,7 +22,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WHEEL_GLOB = "gensim-4.4.0-*.whl"
-MEMBER = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+MEMBER = (
+    "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+)
 SECTIONS = 4
 MIN_SECTION_WORDS = 80  # a section this short has too little to write about or compare with
 WORDS_PER_SECTION = 160  # the reference keeps this many words of each section (whole sentences)
@@ -83,7 +85,9 @@ def first_words(text: str, limit: int) -> str:
 def article_sections(wikitext: str) -> list[tuple[str, str]]:
     """(heading, plain text) of each top-level section, sub-sections included in the text."""
     parts = re.split(r"^==([^=].*?)==\s*$", wikitext, flags=re.M)
-    return [(strip_markup(parts[i]), strip_markup(parts[i + 1])) for i in range(1, len(parts) - 1, 2)]
+    return [
+        (strip_markup(parts[i]), strip_markup(parts[i + 1])) for i in range(1, len(parts) - 1, 2)
+    ]
 
 
 def task_of(title: str, wikitext: str) -> dict | None:
