@@ -381,10 +381,10 @@ def find_task(
         raise TaskError("give either a problem id or a prompt of your own")
     if tests is not None and (kind != "coding" or prompt is None):
         raise TaskError("tests go with a coding problem of your own (--prompt)")
-    if kind == "coding":
-        return humaneval_task(problem) if problem is not None else user_coding_task(prompt, tests)
     if sections is not None and (kind != "writing" or prompt is None):
         raise TaskError("sections go with a writing request of your own (--prompt)")
+    if kind == "coding":
+        return humaneval_task(problem) if problem is not None else user_coding_task(prompt, tests)
     if kind == "writing":
         if problem is not None:
             return writing_task(problem)

@@ -44,10 +44,10 @@ def strip_markup(text: str) -> str:
     text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
     text = re.sub(r"<ref[^>]*/>", "", text)
     text = re.sub(r"<ref[^>]*>.*?</ref>", "", text, flags=re.S)
-    for _ in range(5):  # templates and tables nest: remove the innermost, repeatedly
-        text = re.sub(r"\{\{[^{}]*\}\}", "", text)
-        text = re.sub(r"\{\|[^{}]*?\|\}", "", text, flags=re.S)
-    text = re.sub(r"\[\[(?:File|Image|Category):(?:[^\[\]]|\[\[[^\]]*\]\])*\]\]", "", text)
+    text = drop_nested(text, "{{", "{{", "}}")  # templates (they nest, and may hold braces)
+    text = drop_nested(text, "{|", "{|", "|}")  # tables
+    for prefix in ("[[File:", "[[Image:", "[[Category:"):  # captions hold links: nested [[ ]]
+        text = drop_nested(text, prefix, "[[", "]]")
     text = re.sub(r"\[\[[^\]|]*\|([^\]]*)\]\]", r"\1", text)
     text = re.sub(r"\[\[([^\]]*)\]\]", r"\1", text)
     text = re.sub(r"\[https?://\S+ ([^\]]*)\]", r"\1", text)
@@ -64,6 +64,25 @@ def strip_markup(text: str) -> str:
     text = " ".join(lines)
     text = re.sub(r"\(\s*[,;]?\s*\)", "", text)
     return re.sub(r"\s+([,.;:])", r"\1", re.sub(r"\s{2,}", " ", text)).strip()
+
+
+def drop_nested(text: str, start: str, opening: str, closing: str) -> str:
+    """`text` without every span from `start` to its matching `closing` (`opening` nests)."""
+    out, i = [], 0
+    while (begin := text.find(start, i)) >= 0:
+        out.append(text[i:begin])
+        depth, k = 0, begin
+        while k < len(text):
+            if text.startswith(opening, k):
+                depth, k = depth + 1, k + len(opening)
+            elif text.startswith(closing, k):
+                depth, k = depth - 1, k + len(closing)
+                if depth == 0:
+                    break
+            else:
+                k += 1
+        i = k
+    return "".join(out) + text[i:]
 
 
 def sentences(text: str) -> list[str]:
