@@ -97,6 +97,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "structure": ("structure", ("coding", "writing")),
     "turns": ("turns", ("coding", "writing")),
     "time_s": ("time (s)", ("coding", "writing")),
+    "time_vs_single": ("time / single", ("coding", "writing")),
     "tokens": ("tokens", ("coding", "writing")),
     "reward": ("joint reward", ("coding", "writing")),
 }
@@ -145,6 +146,21 @@ DEFINITIONS = {
         "reward": "joint reward R = 0.6·quality + 0.3·coordination + 0.1·speed·quality, "
         "speed = 1 − critical-path tokens / the single agent's budget",
     },
+}
+TIME_VS_SINGLE = (
+    "mean over tasks of the episode's wall time divided by `single`'s on the same task (same "
+    "variant, same run); only when `single` ran"
+)
+for _kind in DEFINITIONS.values():
+    _kind["time_vs_single"] = TIME_VS_SINGLE
+# The long-form set (4-section documents, agents/outline.py) measures structure and redundancy
+# on the document's sections, for `single` too.
+LONGFORM_DEFINITIONS = {
+    "structure": "structure compliance: share of the outline's 4 sections written non-empty, "
+    "under their heading, by their owner and by no one else (agents.outline)",
+    "redundancy": "the long-form reward's redundancy between the document's sections (worst "
+    "pair): the larger of copied trigrams / near-duplicate sentences and paraphrase (mean "
+    "nearest-sentence cosine mapped from 0.65-0.80 onto 0-1); 0 is best; for `single` too",
 }
 
 
@@ -694,6 +710,13 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
             "pass_at_k": _pass_at_k(rows, config),
         }
         table.append(entry)
+    for entry in table:  # wall time against single writing (or coding) the same task
+        single = groups.get(("single", entry["variant"]))
+        rows = groups[(entry["shape"], entry["variant"])]
+        if single:
+            base, own = per_task(single, "time_s"), per_task(rows, "time_s")
+            ratios = [own[t] / base[t] for t in own if base.get(t)]
+            entry["metrics"]["time_vs_single"] = mean_ci(ratios)
 
     tests = []
     comparisons = []
@@ -708,7 +731,8 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
     for variant in list(config.variants)[1:]:
         for shape in config.shapes:
             comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
-    constant = [m for m in metrics if len({r.get(m) for r in records}) == 1]
+    derived = {"time_vs_single"}  # from the groups, not a field of each record
+    constant = [m for m in metrics if m not in derived and len({r.get(m) for r in records}) == 1]
     for metric in metrics:
         if metric in constant:  # e.g. turns with a turn limit of 1: nothing to test
             continue
@@ -759,7 +783,12 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
             "tasks": tasks,
             "episodes": len(records),
             "missing": expected - len(records),
-            "definitions": {m: DEFINITIONS[kind][m] for m in metrics},
+            "definitions": {
+                m: (LONGFORM_DEFINITIONS if config.writing_set == "longform" else {}).get(
+                    m, DEFINITIONS[kind][m]
+                )
+                for m in metrics
+            },
             "groups": table,
             "tests": tests,
             "untested": {m: records[0].get(m) for m in constant},
