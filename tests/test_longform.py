@@ -22,7 +22,7 @@ from agents.tasks import (
     longform_prompt_task,
     longform_tasks,
 )
-from learner.rewards import longform_reward
+from learner.rewards import longform_reward, score_episode
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 # -- the curated set and a person's own request ----------------------------------------------
@@ -125,6 +125,8 @@ def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
     texts = [step["text"] for step in result.final_steps()]
     owners = [role.sections for role in result.roles]
     assert structure_compliance(texts, task.extra["outline"], owners) == 0.75
+    scored = score_episode(result)  # the one scoring path takes long-form documents
+    assert scored.components["structure"] == 0.75 and 0 <= scored.reward <= 1
 
 
 def test_structure_compliance_and_headless_single_sections():
