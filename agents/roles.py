@@ -81,6 +81,19 @@ PROMPTS: dict[str, str] = {
         "without seeing each other's work. Write your part in about {words} words, without a "
         "title or headings."
     ),
+    # -- writing: long-form documents (agents/outline.py deals out the outline's sections) --
+    "document_writer": (
+        'You are a skilled writer. Write the article "{title}" with these sections, in '
+        "order:\n{outline}\nStart each section with its heading line exactly as given (## "
+        "Heading) and write about {words} words under it, following its brief. {style}"
+    ),
+    "section_writer": (
+        'You are one of {n} writers who together write the article "{title}", each writing '
+        "different sections at the same time without seeing the others' text. The outline:\n"
+        "{outline}\nYou write only {own}. Your teammates write {others}: leave their topics "
+        "to them. Start each of your sections with its heading line exactly as given (## "
+        "Heading) and write about {words} words under it, following its brief. {style}"
+    ),
     # -- writing: sections (the team's document is its sections in this order) --
     "summary": (
         "You write one section of {document}, in a team of {n}. The sections, in order: "
@@ -150,6 +163,8 @@ ASKS: dict[str, str] = {
     "tester": "Now write only the test function `test_{entry}()`.",
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
+    "document_writer": "Now write the whole article: {own}, about {words} words each.",
+    "section_writer": "Now write only {own}, about {words} words each, and nothing else.",
     "member": "Now write your part ({words} words).",
     "summary": "Now write only the one-sentence summary ({words} words).",
     "elaboration": (
@@ -283,6 +298,7 @@ TASK_FRAMES = {
     "coding": "Problem:\n```python\n{prompt}```",
     "summary": "Article:\n{prompt}",
     "expansion": "Paper title: {prompt}",
+    "longform": "Request: {prompt}",
     "free": "Request: {prompt}",
 }
 PREVIOUS_ANSWER = "Your answer last turn:\n{text}"
@@ -303,7 +319,8 @@ class Role:
     """One agent's part in a team: its name (stored with the episode), its label, its system
     prompt and the ask that closes its user message.
 
-    Coding roles `own` the functions they write; writing roles have a target length in `words`.
+    Coding roles `own` the functions they write; writing roles have a target length in `words`;
+    long-form writing roles own the outline `sections` they write (by position).
     """
 
     name: str
@@ -314,6 +331,7 @@ class Role:
     words: tuple[int, int] | None = None
     contract: str = ""  # coding: the team's interface contract, naming this agent's part
     problem: str | None = None  # the problem as this role sees it (None: the task's prompt)
+    sections: tuple[int, ...] = ()  # long-form writing: the outline positions this role writes
 
 
 def fill(template: str, **values: object) -> str:
@@ -332,11 +350,17 @@ def role_names(task: Task, shape: str, size: int) -> list[str]:
     if shape == "single":
         if size != 1:
             raise ValueError(f"the single shape has one agent, not {size}")
+        if task.form == "longform":
+            return ["document_writer"]
         return ["solo" if task.kind == "coding" else "writer"]
     if not 2 <= size <= MAX_AGENTS:
         raise ValueError(f"a {shape} team has 2 to {MAX_AGENTS} agents, not {size}")
     if shape == "naive_concat":  # no coordinated roles: everyone gets the same prompt
         return ["coder" if task.kind == "coding" else "member"] * size
+    if task.form == "longform":
+        if size > len(task.extra["outline"]):
+            raise ValueError(f"{size} agents for {len(task.extra['outline'])} sections")
+        return ["section_writer"] * size
     return list(TEAMS["coding" if task.kind == "coding" else task.form][size])
 
 
@@ -346,6 +370,8 @@ def team_roles(
     """The team's roles with their prompts filled in for `task`; `prompts` overrides defaults."""
     names = role_names(task, shape, size)
     prompts = prompts or {}
+    if names[0] in ("document_writer", "section_writer"):
+        return _longform_roles(task, names, prompts)
     roles = []
     for i, name in enumerate(names):
         problem = None
@@ -466,6 +492,44 @@ def _arguments(arguments: str) -> str:
     except SyntaxError:
         return arguments
     return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
+
+
+def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
+    """Long-form roles: each agent's sections from `assign_sections`, the others' named by
+    heading, the outline with briefs and the style sheet in every prompt."""
+    from agents.outline import STYLE_SHEET, assign_sections, outline_of, outline_text
+
+    outline, per_section = outline_of(task), section_words_of(task)
+    owners = assign_sections(len(outline), len(names))
+    headings = [f'"## {s["heading"]}"' for s in outline]
+    roles = []
+    for name, mine in zip(names, owners, strict=True):
+        others = [headings[k] for k in range(len(outline)) if k not in mine]
+        own = [headings[k] for k in mine]
+        values = {
+            "n": len(names),
+            "title": task.extra["title"],
+            "outline": outline_text(outline, mine if len(names) > 1 else ()),
+            "own": _and(own),
+            "others": _and(others) or "nothing",
+            "words": per_section,
+            "style": fill(STYLE_SHEET, title=task.extra["title"]),
+        }
+        instructions = fill(prompts.get(name, PROMPTS[name]), **values)
+        ask = fill(prompts.get(f"{name}/ask", ASKS[name]), **values)
+        low, high = round(0.6 * per_section * len(mine)), round(1.5 * per_section * len(mine))
+        title = "; ".join(outline[k]["heading"] for k in mine)
+        roles.append(Role(name, title, instructions, ask, words=(low, high), sections=tuple(mine)))
+    return roles
+
+
+def section_words_of(task: Task) -> int:
+    """Target words per section of a long-form task."""
+    return round(task.extra["target_words"] / len(task.extra["outline"]))
+
+
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def _code_title(name: str, entry: str) -> str:

@@ -10,6 +10,11 @@ Writing
 - `summary`: an article from XSum and its reference summary (`assets/tasks/xsum.jsonl`).
 - `expansion`: a paper's title, to be expanded into an abstract; the real abstract is the
   reference (`assets/tasks/abstracts.jsonl`).
+- `longform`: a sectioned document (an explainer article of 4 sections, 400-800 words) from a
+  title, an outline (heading + one-line brief per section) and a target length; curated from
+  Wikipedia articles with the article's own text as the reference
+  (`assets/tasks/longform.jsonl`, split in the file: every fourth task is held out), or a
+  person's own request with their sections or the default outline (`longform_prompt_task`).
 - `free`: any prompt a person types.
 
 The curated writing sets and where they come from are described in assets/tasks/PROVENANCE.md.
@@ -38,7 +43,17 @@ HUMANEVAL_TRAIN = range(32, HUMANEVAL_COUNT)
 MAX_PROMPT_CHARS = 8000  # a 0.5B model with a 2048-token window needs room left to answer
 
 Kind = Literal["coding", "writing"]
-Form = Literal["humaneval", "user", "summary", "expansion", "free"]
+Form = Literal["humaneval", "user", "summary", "expansion", "longform", "free"]
+LONGFORM_SECTIONS = 4
+LONGFORM_WORDS = (400, 800)  # a long-form document's length bounds; the default target is 600
+# The outline a person's own long-form request gets when they name no sections: fixed, so the
+# plan costs no model call and every agent's view is known before anyone writes.
+DEFAULT_OUTLINE = (
+    ("Introduction", "What the topic is and why it matters to the reader."),
+    ("Background", "The history, context or basic ideas a reader needs first."),
+    ("Main points", "The core facts, arguments or steps, with one concrete example."),
+    ("Conclusion", "What follows from it: consequences, open questions or advice."),
+)
 
 
 class TaskError(ValueError):
@@ -253,6 +268,67 @@ def abstract_tasks() -> list[Task]:
     ]
 
 
+def longform_tasks(split: Literal["train", "held_out", "all"] = "all") -> list[Task]:
+    """The curated long-form tasks of one part of the file's split, in order."""
+    return [
+        _longform_task(row, source="longform", source_id=row["id"])
+        for row in _asset("longform.jsonl")
+        if split == "all" or row["split"] == split
+    ]
+
+
+def _longform_task(row: dict, source: str, source_id: str | None = None) -> Task:
+    outline = [{"heading": s["heading"], "brief": s["brief"]} for s in row["outline"]]
+    return Task(
+        kind="writing",
+        form="longform",
+        prompt=row["request"],
+        source=source,
+        source_id=source_id,
+        reference=row.get("reference"),
+        extra={
+            "title": row["title"],
+            "outline": outline,
+            "target_words": row["target_words"],
+            **({"split": row["split"]} if "split" in row else {}),
+        },
+    )
+
+
+def longform_prompt_task(prompt: str, sections: str | None = None, target_words: int = 600) -> Task:
+    """A person's own long-form request. `sections` has one section a line, `Heading: brief`
+    (the brief is optional); without it the document gets DEFAULT_OUTLINE. The title is the
+    request's first line."""
+    prompt = prompt.strip()
+    if not prompt:
+        raise TaskError("the writing request is empty")
+    _check_length(prompt + (sections or ""))
+    low, high = LONGFORM_WORDS
+    if not low <= target_words <= high:
+        raise TaskError(f"the target length is {target_words} words; use {low} to {high}")
+    outline = [{"heading": h, "brief": b} for h, b in DEFAULT_OUTLINE]
+    if sections is not None and sections.strip():
+        outline = []
+        for line in sections.strip().splitlines():
+            heading, _, brief = line.strip().lstrip("#-* ").partition(":")
+            if heading.strip():
+                outline.append({"heading": heading.strip(), "brief": brief.strip()})
+        if not 2 <= len(outline) <= 2 * LONGFORM_SECTIONS:
+            raise TaskError(
+                f"give 2 to {2 * LONGFORM_SECTIONS} sections, one a line (Heading: brief); "
+                f"got {len(outline)}"
+            )
+        if len({s["heading"].lower() for s in outline}) < len(outline):
+            raise TaskError("two sections have the same heading; give each its own")
+    row = {
+        "title": prompt.splitlines()[0][:120],
+        "request": prompt,
+        "outline": outline,
+        "target_words": target_words,
+    }
+    return _longform_task(row, source="user")
+
+
 def writing_prompt_task(prompt: str) -> Task:
     """A free-form writing request from a person."""
     prompt = prompt.strip()
@@ -263,11 +339,16 @@ def writing_prompt_task(prompt: str) -> Task:
 
 
 def writing_task(problem: str) -> Task:
-    """A curated writing task by id: `xsum/<id>` or `abstracts/<id>` (ids as in the asset files)."""
+    """A curated writing task by id: `xsum/<id>`, `abstracts/<id>` or `longform/<id>` (ids as in
+    the asset files)."""
     collection, _, item = problem.partition("/")
-    tasks = {"xsum": xsum_tasks, "abstracts": abstract_tasks}.get(collection)
+    tasks = {"xsum": xsum_tasks, "abstracts": abstract_tasks, "longform": longform_tasks}.get(
+        collection
+    )
     if tasks is None:
-        raise TaskError(f"unknown writing set {collection!r}: use xsum/<id> or abstracts/<id>")
+        raise TaskError(
+            f"unknown writing set {collection!r}: use xsum/<id>, abstracts/<id> or longform/<id>"
+        )
     for task in tasks():
         if task.source_id == item:
             return task
@@ -283,21 +364,33 @@ def _check_length(text: str) -> None:
 
 
 def find_task(
-    kind: Kind, problem: str | None = None, prompt: str | None = None, tests: str | None = None
+    kind: Kind,
+    problem: str | None = None,
+    prompt: str | None = None,
+    tests: str | None = None,
+    sections: str | None = None,
 ) -> Task:
     """The task the CLI or UI asked for: a curated `problem` id, or a person's own `prompt`.
 
     Coding: `problem` is a HumanEval number; `prompt` is a signature with a docstring, `tests`
-    its tests. Writing: `problem` is `xsum/<id>` or `abstracts/<id>`; `prompt` any request.
+    its tests. Writing: `problem` is `xsum/<id>`, `abstracts/<id>` or `longform/<id>`; `prompt`
+    any request, made a long-form document when `sections` is given (one a line, `Heading:
+    brief`; an empty string takes the default outline).
     """
     if (problem is None) == (prompt is None):
         raise TaskError("give either a problem id or a prompt of your own")
     if tests is not None and (kind != "coding" or prompt is None):
         raise TaskError("tests go with a coding problem of your own (--prompt)")
+    if sections is not None and (kind != "writing" or prompt is None):
+        raise TaskError("sections go with a writing request of your own (--prompt)")
     if kind == "coding":
         return humaneval_task(problem) if problem is not None else user_coding_task(prompt, tests)
     if kind == "writing":
-        return writing_task(problem) if problem is not None else writing_prompt_task(prompt)
+        if problem is not None:
+            return writing_task(problem)
+        if sections is not None:
+            return longform_prompt_task(prompt, sections)
+        return writing_prompt_task(prompt)
     raise TaskError(f"unknown task kind {kind!r}: coding or writing")
 
 

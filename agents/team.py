@@ -46,6 +46,7 @@ from sqlite_utils import Database
 import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
+from agents.outline import assemble, document_sections, outline_of
 from agents.policy import Completion, Request
 from agents.roles import (
     FEEDBACK,
@@ -230,6 +231,10 @@ def act_in_line(team: Team, agent: int, state: TeamState) -> dict:
 def combine(team: Team, state: TeamState) -> dict:
     """Join the agents' latest parts into the team's result."""
     texts = [state["outputs"][i] for i in range(team.size)]
+    if team.task.form == "longform":
+        outline = outline_of(team.task)
+        sections = document_sections(texts, outline, [role.sections for role in team.roles])
+        return {"combined": None, "output": assemble(team.task.extra["title"], outline, sections)}
     if team.task.kind != "coding":
         return {"combined": None, "output": combine_sections(texts)}
     if team.shape == "naive_concat":

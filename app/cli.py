@@ -231,7 +231,10 @@ def cmd_episode(args: argparse.Namespace) -> int:
     try:
         prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
         tests = Path(args.tests_file).read_text() if args.tests_file else None
-        task = find_task(args.task, problem=args.problem, prompt=prompt, tests=tests)
+        sections = "\n".join(args.section) if args.section is not None else None
+        task = find_task(
+            args.task, problem=args.problem, prompt=prompt, tests=tests, sections=sections
+        )
         adapters = {}
         for item in args.adapter:
             agent, _, name = item.partition("=")
@@ -571,13 +574,23 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--problem",
-        help="a curated task: a HumanEval number (coding), xsum/<id> or abstracts/<id> (writing)",
+        help="a curated task: a HumanEval number (coding), xsum/<id>, abstracts/<id> or "
+        "longform/<id> (writing)",
     )
     source.add_argument(
         "--prompt", help="your own task: a signature with a docstring (coding) or a request"
     )
     source.add_argument("--prompt-file", help="read your own task from this file")
     p.add_argument("--tests-file", help="tests of your own coding problem (Python asserts)")
+    p.add_argument(
+        "--section",
+        action="append",
+        nargs="?",
+        const="",
+        help="your own writing request becomes a long-form document with this section "
+        "('Heading: brief'); repeat for each; --section alone takes the default outline "
+        "(Introduction, Background, Main points, Conclusion)",
+    )
     p.add_argument(
         "--shape",
         default="parallel",
@@ -617,13 +630,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--split",
         default="heldout",
         choices=["heldout", "train", "all"],
-        help="HumanEval 0-31 held out, 32-163 train; writing: items 0-29 held out (default heldout)",
+        help="HumanEval 0-31 held out, 32-163 train; writing: items 0-29 held out, longform: "
+        "every fourth (default heldout)",
     )
     p.add_argument(
         "--writing-set",
         default="xsum",
-        choices=["xsum", "abstracts"],
-        help="writing tasks: XSum summaries or abstracts from titles (default xsum)",
+        choices=["xsum", "abstracts", "longform"],
+        help="writing tasks: XSum summaries, abstracts from titles, or long-form 4-section "
+        "articles (default xsum)",
     )
     p.add_argument("--limit", type=int, help="only the first M tasks of the split")
     p.add_argument(

@@ -30,6 +30,7 @@ from agents.tasks import (
     abstract_tasks,
     find_task,
     humaneval_tasks,
+    longform_tasks,
     xsum_tasks,
 )
 from agents.team import Sampling
@@ -52,13 +53,19 @@ SOURCES = {
         ("Your own request", "free"),
         ("Summarize a news article (XSum)", "xsum"),
         ("Write an abstract for a paper title", "abstracts"),
+        ("Write a 4-section article (Wikipedia outline)", "longform"),
+        ("Your own article, section by section", "own_longform"),
     ],
     "coding": [
         ("A HumanEval problem", "humaneval"),
         ("Your own problem and tests", "user"),
     ],
 }
-CURATED = {"humaneval", "xsum", "abstracts"}
+CURATED = {"humaneval", "xsum", "abstracts", "longform"}
+EXAMPLE_SECTIONS = """Introduction: what a test is and why it matters
+Costs: the time tests take to write and run
+Benefits: bugs caught early, safer changes, a worked example
+Advice: where to start in an untested program"""
 ONE_TEAM, AB = "One team", "A/B: two teams side by side"
 SCORES = ["1", "2", "3", "4", "5"]
 EXAMPLE_PROBLEM = '''def count_vowels(text: str) -> int:
@@ -85,6 +92,15 @@ def problem_choices(source: str) -> list[tuple[str, str]]:
             (f"{t.source_id} · {t.entry_point}" + held_out * (i in HUMANEVAL_HELD_OUT), str(i))
             for i, t in enumerate(humaneval_tasks())
         ]
+    if source == "longform":
+        return [
+            (
+                f"{t.source_id} · {t.extra['title']}"
+                + " (held out)" * (t.extra["split"] != "train"),
+                f"longform/{t.source_id}",
+            )
+            for t in longform_tasks()
+        ]
     tasks = {"xsum": xsum_tasks, "abstracts": abstract_tasks}[source]()
     return [
         (f"{t.source_id} · {textwrap.shorten(t.prompt, 70)}", f"{source}/{t.source_id}")
@@ -92,8 +108,11 @@ def problem_choices(source: str) -> list[tuple[str, str]]:
     ]
 
 
-def chosen_task(kind: str, source: str, problem: str | None, prompt: str, tests: str) -> Task:
-    """The task the form describes; raises TaskError with what to change."""
+def chosen_task(
+    kind: str, source: str, problem: str | None, prompt: str, tests: str, sections: str = ""
+) -> Task:
+    """The task the form describes; raises TaskError with what to change. `sections` (one a
+    line, `Heading: brief`; empty: the default outline) go with an own long-form request."""
     if source in CURATED:
         if not problem:
             raise TaskError("pick a problem from the list first")
@@ -110,9 +129,11 @@ def chosen_task(kind: str, source: str, problem: str | None, prompt: str, tests:
         raise TaskError(
             f"the tests have {len(tests):,} characters; the limit is {4 * MAX_PROMPT_CHARS:,}"
         )
-    task = find_task(kind, prompt=prompt, tests=tests)
+    outline = (sections or "") if source == "own_longform" else None
+    task = find_task(kind, prompt=prompt, tests=tests, sections=outline)
     # the same text is the same task: two teams' answers to it can be compared (A/B, scores)
-    digest = hashlib.sha256(f"{task.kind}\0{task.prompt}\0{task.tests or ''}".encode()).hexdigest()
+    own = f"{task.tests or ''}\0{task.extra.get('outline', '')}"
+    digest = hashlib.sha256(f"{task.kind}\0{task.prompt}\0{own}".encode()).hexdigest()
     return replace(task, source_id=f"sha256:{digest[:16]}")
 
 
@@ -172,9 +193,12 @@ def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str
     form = (
         "coding"
         if kind == "coding"
-        else {"xsum": "summary", "abstracts": "expansion"}.get(source, "free")
+        else {"xsum": "summary", "abstracts": "expansion", "longform": "longform"}.get(
+            source.removeprefix("own_"), "free"
+        )
     )
-    stub = Task(kind=kind, form=form, prompt="", source="")
+    outline = [{"heading": "", "brief": ""}] * 4  # both long-form sources have 4 sections
+    stub = Task(kind=kind, form=form, prompt="", source="", extra={"outline": outline})
     return list(dict.fromkeys(role_names(stub, shape, team_size(shape, size))))
 
 
@@ -277,6 +301,7 @@ class CoworkTab:
                         visible=False,
                         elem_id=self.id("tests"),
                     )
+                    self.sections = gr.State("")
                 else:
                     self.preview = gr.Textbox(
                         label="The text",
@@ -293,6 +318,15 @@ class CoworkTab:
                         elem_id=self.id("prompt"),
                     )
                     self.tests = gr.State("")
+                    self.sections = gr.Textbox(
+                        EXAMPLE_SECTIONS,
+                        label="Sections, one a line (Heading: what it covers); empty: "
+                        "Introduction, Background, Main points, Conclusion",
+                        lines=4,
+                        max_lines=8,
+                        visible=False,
+                        elem_id=self.id("sections"),
+                    )
             with gr.Column(scale=2):
                 self.mode = gr.Radio(
                     [ONE_TEAM, AB], value=ONE_TEAM, label="Mode", elem_id=self.id("mode")
@@ -451,7 +485,8 @@ class CoworkTab:
 
     # -- events ----------------------------------------------------------------------------
     def wire(self) -> None:
-        boxes = [self.problem, self.preview, self.prompt] + ([self.tests] if self.code else [])
+        boxes = [self.problem, self.preview, self.prompt]
+        boxes.append(self.tests if self.code else self.sections)
         self.source.change(self.choose_source, self.source, boxes, show_progress="hidden").then(
             self.refresh_roles, self.roles_inputs(), self.roles_outputs(), show_progress="hidden"
         )
@@ -475,6 +510,7 @@ class CoworkTab:
             self.problem,
             self.prompt,
             self.tests,
+            self.sections,
             self.mode,
             self.shape,
             self.size,
@@ -525,6 +561,8 @@ class CoworkTab:
         ]
         if self.code:
             updates.append(gr.update(visible=not curated))
+        else:
+            updates.append(gr.update(visible=source == "own_longform"))
         return updates
 
     def show_problem(self, problem: str | None):
@@ -584,7 +622,12 @@ class CoworkTab:
         """The team(s) the form describes, on its task; raises with what to change."""
         f = form
         task = chosen_task(
-            self.kind, f[self.source], f[self.problem], f[self.prompt], f[self.tests]
+            self.kind,
+            f[self.source],
+            f[self.problem],
+            f[self.prompt],
+            f[self.tests],
+            f.get(self.sections, ""),  # a form without the box: no sections
         )
         sampling = Sampling(
             temperature=float(f[self.temperature]),

@@ -61,8 +61,9 @@ from scipy import stats
 
 import store
 from agents.feedback import parse_check, sandbox_check
+from agents.outline import structure_compliance
 from agents.roles import SHAPES
-from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
+from agents.tasks import Task, abstract_tasks, humaneval_tasks, longform_tasks, xsum_tasks
 from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
 from learner.rewards import defines_with_return, score_episode
 from store.paths import default_db_path
@@ -71,11 +72,13 @@ log = logging.getLogger(__name__)
 
 BASELINES = ("single", "naive_concat", "sequential_pipeline", "one_round_discussion")
 SPLITS = {"heldout": "held_out", "held_out": "held_out", "train": "train", "all": "all"}
-# Writing sets have no published split; the first 30 items of each are held out for evaluation.
+# xsum and abstracts have no published split; their first 30 items are held out for evaluation.
+# longform's split is in its file (every fourth task held out).
 WRITING_HELD_OUT = 30
 WRITING_SETS: dict[str, Callable[[], list[Task]]] = {
     "xsum": xsum_tasks,
     "abstracts": abstract_tasks,
+    "longform": longform_tasks,
 }
 BASE_VARIANT = "base"
 HEALTH_POLL_S = 5.0  # how often a group waiting for a restarted server asks /health
@@ -93,6 +96,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "structure": ("structure", ("coding", "writing")),
     "turns": ("turns", ("coding", "writing")),
     "time_s": ("time (s)", ("coding", "writing")),
+    "time_vs_single": ("time / single", ("coding", "writing")),
     "tokens": ("tokens", ("coding", "writing")),
     "reward": ("joint reward", ("coding", "writing")),
 }
@@ -142,6 +146,21 @@ DEFINITIONS = {
         "speed = 1 − critical-path tokens / the single agent's budget",
     },
 }
+TIME_VS_SINGLE = (
+    "mean over tasks of the episode's wall time divided by `single`'s on the same task (same "
+    "variant, same run); only when `single` ran"
+)
+for _kind in DEFINITIONS.values():
+    _kind["time_vs_single"] = TIME_VS_SINGLE
+# The long-form set (4-section documents, agents/outline.py) measures structure and redundancy
+# on the document's sections, for `single` too.
+LONGFORM_DEFINITIONS = {
+    "structure": "structure compliance: share of the outline's 4 sections written non-empty, "
+    "under their heading, by their owner and by no one else (agents.outline)",
+    "redundancy": "the long-form reward's redundancy between the document's sections (worst "
+    "pair): the larger of copied trigrams / near-duplicate sentences and paraphrase (mean "
+    "nearest-sentence cosine mapped from 0.65-0.80 onto 0-1); 0 is best; for `single` too",
+}
 
 
 class EvalError(ValueError):
@@ -154,7 +173,7 @@ class EvalConfig:
 
     task: str = "coding"  # coding | writing
     split: str = "heldout"  # heldout | train | all
-    writing_set: str = "xsum"  # xsum | abstracts (writing only)
+    writing_set: str = "xsum"  # xsum | abstracts | longform (writing only)
     limit: int | None = None  # the first `limit` tasks of the split
     shapes: tuple[str, ...] = SHAPES
     agents: int = 2  # team size of every shape but `single`
@@ -180,7 +199,7 @@ class EvalConfig:
         if self.split not in SPLITS:
             raise EvalError(f"unknown split {self.split!r}: heldout, train or all")
         if self.writing_set not in WRITING_SETS:
-            raise EvalError(f"unknown writing set {self.writing_set!r}: xsum or abstracts")
+            raise EvalError(f"unknown writing set {self.writing_set!r}: {', '.join(WRITING_SETS)}")
         unknown = [s for s in self.shapes if s not in SHAPES]
         if unknown or not self.shapes:
             raise EvalError(f"unknown shapes {unknown}: choose from {', '.join(SHAPES)}")
@@ -227,10 +246,13 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def eval_tasks(config: EvalConfig) -> list[Task]:
-    """The tasks of the run: HumanEval's fixed split for coding; for writing, items 0-29 of the
-    set are held out, the rest are for training. The first `limit` of them."""
+    """The tasks of the run: HumanEval's fixed split for coding; longform's split in its file;
+    for the other writing sets, items 0-29 are held out, the rest are for training. The first
+    `limit` of them."""
     if config.task == "coding":
         tasks = humaneval_tasks(SPLITS[config.split])
+    elif config.writing_set == "longform":
+        tasks = longform_tasks(SPLITS[config.split])
     else:
         items = WRITING_SETS[config.writing_set]()
         tasks = {"held_out": items[:WRITING_HELD_OUT], "train": items[WRITING_HELD_OUT:]}.get(
@@ -290,6 +312,15 @@ def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
             "redundancy": reward["redundancy"] if team else None,
             "words": [len(p.split()) for p in parts],
         }
+        if task.form == "longform":
+            # structure: each outline section written once, by its owner; redundancy between the
+            # document's sections, for single too (one writer can also say things twice)
+            owners = [role.sections for role in result.roles]
+            metrics |= {
+                "structure": structure_compliance(parts, task.extra["outline"], owners),
+                "redundancy": reward["redundancy"],
+                "coverage": reward["coverage"],
+            }
     metrics["reward"] = scored.reward
     return metrics
 
@@ -678,6 +709,13 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
             "pass_at_k": _pass_at_k(rows, config),
         }
         table.append(entry)
+    for entry in table:  # wall time against single writing (or coding) the same task
+        single = groups.get(("single", entry["variant"]))
+        rows = groups[(entry["shape"], entry["variant"])]
+        if single:
+            base, own = per_task(single, "time_s"), per_task(rows, "time_s")
+            ratios = [own[t] / base[t] for t in own if base.get(t)]
+            entry["metrics"]["time_vs_single"] = mean_ci(ratios)
 
     tests = []
     comparisons = []
@@ -692,7 +730,8 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
     for variant in list(config.variants)[1:]:
         for shape in config.shapes:
             comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
-    constant = [m for m in metrics if len({r.get(m) for r in records}) == 1]
+    derived = {"time_vs_single"}  # from the groups, not a field of each record
+    constant = [m for m in metrics if m not in derived and len({r.get(m) for r in records}) == 1]
     for metric in metrics:
         if metric in constant:  # e.g. turns with a turn limit of 1: nothing to test
             continue
@@ -743,7 +782,12 @@ def summarize(records: Sequence[dict], config: EvalConfig, command: str = "") ->
             "tasks": tasks,
             "episodes": len(records),
             "missing": expected - len(records),
-            "definitions": {m: DEFINITIONS[kind][m] for m in metrics},
+            "definitions": {
+                m: (LONGFORM_DEFINITIONS if config.writing_set == "longform" else {}).get(
+                    m, DEFINITIONS[kind][m]
+                )
+                for m in metrics
+            },
             "groups": table,
             "tests": tests,
             "untested": {m: records[0].get(m) for m in constant},

@@ -491,3 +491,14 @@ def test_groups_wait_for_a_restarting_server(tmp_path, monkeypatch):
             max_failures=1,
         )
     assert never.requests == []
+
+
+def test_time_against_single_is_the_mean_per_task_ratio():
+    config = EvalConfig(shapes=("parallel", "single"), limit=3)
+    rows = records("parallel", [1, 1, 1], time_s=[5.0, 10.0, 3.0])
+    rows += records("single", [1, 1, 1], time_s=[10.0, 10.0, 12.0])
+    groups = {g["shape"]: g for g in summarize(rows, config)["groups"]}
+    assert groups["parallel"]["metrics"]["time_vs_single"]["mean"] == pytest.approx(
+        (0.5 + 1 + 0.25) / 3
+    )
+    assert groups["single"]["metrics"]["time_vs_single"]["mean"] == pytest.approx(1.0)

@@ -1,0 +1,137 @@
+"""Long-form writing: who writes which section, and the document the sections make.
+
+A long-form task (`Task.form == "longform"`) carries an outline: sections with a heading and a
+one-line brief. The environment deals the sections out to the team in document order, in
+contiguous runs as even as possible (4 agents: one each; 2: two each; 3: 1, 1, 2). Every agent
+sees the whole outline (headings and briefs, never a teammate's text), which sections are its own,
+and the shared style sheet, so parts written at the same time still fit together.
+
+Each agent answers with its sections, each under a `## Heading` line. The document keeps each
+section from its owner only: a heading an agent writes that is not its own is a role violation
+and is dropped, as is text outside any owned heading.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from agents.tasks import Task
+
+# One style sheet for every writer of a document: the consistency the reward checks for.
+STYLE_SHEET = (
+    "Style sheet (every writer follows it): third person, plain and neutral, present tense "
+    "for facts and past tense for history; never 'I', 'we' or 'you'. Call the subject "
+    '"{title}" the same way throughout. Format: plain paragraphs under each `## Heading` '
+    "line; no title, no bullet lists, no sub-headings, no summary of other sections."
+)
+HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$", re.M)
+
+
+def outline_of(task: Task) -> list[dict]:
+    """The task's sections: [{"heading": ..., "brief": ...}, ...] in document order."""
+    if task.form != "longform":
+        raise ValueError(f"a {task.form} task has no outline")
+    return list(task.extra["outline"])
+
+
+def assign_sections(sections: int, agents: int) -> list[list[int]]:
+    """Section indices per agent: contiguous runs in order, the longer runs last."""
+    if agents < 1:
+        raise ValueError("a team has at least one agent")
+    base, extra = divmod(sections, agents)
+    sizes = [base + (1 if i >= agents - extra else 0) for i in range(agents)]
+    starts = [sum(sizes[:i]) for i in range(agents)]
+    return [list(range(s, s + n)) for s, n in zip(starts, sizes, strict=True)]
+
+
+def outline_text(outline: Sequence[dict], mine: Sequence[int] = (), mark: str = "(yours)") -> str:
+    """The outline as numbered lines `n. ## Heading - brief`, with `mark` after owned sections."""
+    lines = []
+    for k, section in enumerate(outline):
+        owner = f" {mark}" if k in mine else ""
+        brief = f" - {section['brief']}" if section["brief"] else ""
+        lines.append(f"{k + 1}. ## {section['heading']}{owner}{brief}")
+    return "\n".join(lines)
+
+
+def normalize(heading: str) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", heading.lower()).strip()
+
+
+def split_headed(text: str) -> list[tuple[str | None, str]]:
+    """(heading, body) pairs in the order written; text before the first heading has None."""
+    pieces, last, heading = [], 0, None
+    for match in HEADING.finditer(text):
+        pieces.append((heading, text[last : match.start()].strip()))
+        heading, last = match.group(1).strip(), match.end()
+    pieces.append((heading, text[last:].strip()))
+    return [(h, b) for h, b in pieces if h is not None or b]
+
+
+def match_heading(written: str, outline: Sequence[dict]) -> int | None:
+    """The outline position a written heading names (case and punctuation ignored)."""
+    wanted = normalize(written).removeprefix("section ").lstrip("0123456789 ")
+    for k, section in enumerate(outline):
+        if normalize(section["heading"]) == wanted:
+            return k
+    return None
+
+
+def own_sections(text: str, outline: Sequence[dict], mine: Sequence[int]) -> dict[int, str]:
+    """The sections `text` writes that are its author's own, by outline position.
+
+    An author of one section may leave out the heading: headless text then is that section."""
+    found: dict[int, str] = {}
+    for heading, body in split_headed(text):
+        k = match_heading(heading, outline) if heading is not None else None
+        if heading is None and len(mine) == 1 and len(split_headed(text)) == 1:
+            k = mine[0]
+        if k in mine and k not in found:
+            found[k] = body
+    return found
+
+
+def written_positions(text: str, outline: Sequence[dict]) -> list[int | None]:
+    """The outline position of every heading in `text` (None: a heading not in the outline)."""
+    return [match_heading(h, outline) for h, _ in split_headed(text) if h is not None]
+
+
+def document_sections(
+    texts: Sequence[str], outline: Sequence[dict], owners: Sequence[Sequence[int]]
+) -> list[str]:
+    """Each outline section's text, taken from its owner's answer only ("" when missing)."""
+    sections = [""] * len(outline)
+    for text, mine in zip(texts, owners, strict=True):
+        for k, body in own_sections(text, outline, mine).items():
+            sections[k] = body
+    return sections
+
+
+def structure_compliance(
+    texts: Sequence[str], outline: Sequence[dict], owners: Sequence[Sequence[int]]
+) -> float:
+    """Share of the outline's sections written, non-empty, by their owner, and by no one else.
+
+    A section fails when its owner left it out or empty, or when another agent (or the same
+    agent twice) wrote a section under its heading."""
+    counts = [0] * len(outline)
+    for text in texts:
+        for k in written_positions(text, outline):
+            if k is not None:
+                counts[k] += 1
+    sections = document_sections(texts, outline, owners)
+    for mine, text in zip(owners, texts, strict=True):
+        if len(mine) == 1 and not written_positions(text, outline) and text.strip():
+            counts[mine[0]] += 1  # a lone section written without its heading
+    ok = [bool(sections[k].split()) and counts[k] == 1 for k in range(len(outline))]
+    return sum(ok) / len(outline)
+
+
+def assemble(title: str, outline: Sequence[dict], sections: Sequence[str]) -> str:
+    """The document: `# title`, then every non-empty section under its `## heading`."""
+    parts = [f"# {title}"]
+    for section, body in zip(outline, sections, strict=True):
+        if body.strip():
+            parts.append(f"## {section['heading']}\n\n{body.strip()}")
+    return "\n\n".join(parts)

@@ -1,0 +1,216 @@
+"""Long-form co-writing: the curated set, a person's own request, the outline dealt out to the
+team, the document kept from each section's owner, and the reward that ranks documents as a
+person would. The graph runs with a scripted policy (logic only); the reward uses the real
+sentence-embedding model."""
+
+import re
+
+import pytest
+
+from agents.outline import (
+    assign_sections,
+    document_sections,
+    own_sections,
+    structure_compliance,
+)
+from agents.roles import team_roles
+from agents.tasks import (
+    DEFAULT_OUTLINE,
+    LONGFORM_WORDS,
+    TaskError,
+    find_task,
+    longform_prompt_task,
+    longform_tasks,
+)
+from learner.rewards import longform_reward, score_episode
+from tests.scripted import ScriptedPolicy, adapters, agent_of
+
+# -- the curated set and a person's own request ----------------------------------------------
+
+
+def test_the_longform_set_has_four_sections_a_target_a_reference_and_a_fixed_split():
+    every, held_out, train = longform_tasks(), longform_tasks("held_out"), longform_tasks("train")
+    assert 30 <= len(every) <= 60 and len(held_out) == len(every) // 4
+    assert {t.source_id for t in held_out}.isdisjoint(t.source_id for t in train)
+    assert len(held_out) + len(train) == len(every)
+    for task in every:
+        assert task.form == "longform" and task.kind == "writing"
+        outline = task.extra["outline"]
+        assert len(outline) == 4 and all(s["heading"] and s["brief"] for s in outline)
+        assert len({s["heading"] for s in outline}) == 4
+        assert LONGFORM_WORDS[0] <= task.extra["target_words"] <= LONGFORM_WORDS[1]
+        assert len(task.reference.split("\n\n")) == 4
+        assert not re.search(r"\[\[|\{\{|<ref|==", task.reference)  # markup stripped
+    assert find_task("writing", problem="longform/3") == every[3]
+
+
+def test_own_request_takes_the_persons_sections_or_the_default_outline():
+    task = find_task("writing", prompt="Why every program deserves tests", sections="")
+    assert [s["heading"] for s in task.extra["outline"]] == [h for h, _ in DEFAULT_OUTLINE]
+    task = longform_prompt_task(
+        "Why every program deserves tests",
+        "## What a test is: a check a machine runs\nCost\n- Benefits: fewer bugs later",
+    )
+    assert task.extra["outline"] == [
+        {"heading": "What a test is", "brief": "a check a machine runs"},
+        {"heading": "Cost", "brief": ""},
+        {"heading": "Benefits", "brief": "fewer bugs later"},
+    ]
+    assert task.extra["title"] == "Why every program deserves tests"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "sections", "message"),
+    [
+        ("", None, "empty"),
+        ("Tests", "Only one", "2 to 8 sections"),
+        ("Tests", "Why\nwhy", "same heading"),
+    ],
+)
+def test_a_bad_own_request_is_refused_with_a_reason(prompt, sections, message):
+    with pytest.raises(TaskError, match=message):
+        longform_prompt_task(prompt, sections)
+    with pytest.raises(TaskError, match="sections go with"):
+        find_task("coding", prompt="def f(x):\n    pass\n", sections="A\nB")
+
+
+# -- who writes what, and what each agent sees -----------------------------------------------
+
+
+def test_sections_are_dealt_in_order_in_even_runs():
+    assert assign_sections(4, 4) == [[0], [1], [2], [3]]
+    assert assign_sections(4, 2) == [[0, 1], [2, 3]]
+    assert assign_sections(4, 3) == [[0], [1], [2, 3]]
+    assert assign_sections(4, 1) == [[0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_each_view_names_its_own_sections_the_others_headings_and_the_style_sheet(size):
+    task = longform_tasks("held_out")[0]
+    outline = task.extra["outline"]
+    roles = team_roles(task, "parallel", size)
+    dealt = sorted(k for role in roles for k in role.sections)
+    assert dealt == [0, 1, 2, 3]  # every section has exactly one owner
+    for role in roles:
+        mine = [outline[k]["heading"] for k in role.sections]
+        others = [s["heading"] for k, s in enumerate(outline) if k not in role.sections]
+        assert all(f'"## {h}"' in role.ask for h in mine)
+        assert not any(f'"## {h}"' in role.ask for h in others)
+        assert all(f'"## {h}"' in role.instructions.split("You write only")[1] for h in others)
+        assert all(s["brief"] in role.instructions for s in outline)
+        assert "Style sheet" in role.instructions and task.extra["title"] in role.instructions
+
+
+def section_reply(request) -> str:
+    """Each agent writes the sections its ask names; agent 1 also writes agent 0's section."""
+    own = re.findall(r'"## ([^"]+)"', request.messages[-1]["content"].split("Now write")[-1])
+    text = "\n\n".join(f"## {h}\nText of {h} by agent {agent_of(request)}." for h in own)
+    if agent_of(request) == 1:
+        text += "\n\n## Etymology\nAgent 1 trespassing."
+    return text
+
+
+def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
+    from agents.team import run_episode
+
+    task = longform_tasks("held_out")[0]
+    policy = ScriptedPolicy(section_reply)
+    result = run_episode(
+        task, policy, shape="parallel", agents=4, adapters=adapters(4), db=tmp_path / "c.db"
+    )
+    headings = [s["heading"] for s in task.extra["outline"]]
+    assert result.output.startswith(f"# {task.extra['title']}")
+    assert [line[3:] for line in result.output.splitlines() if line.startswith("## ")] == headings
+    assert "trespassing" not in result.output and "Etymology by agent 0" in result.output
+    texts = [step["text"] for step in result.final_steps()]
+    owners = [role.sections for role in result.roles]
+    assert structure_compliance(texts, task.extra["outline"], owners) == 0.75
+    scored = score_episode(result)  # the one scoring path takes long-form documents
+    assert scored.components["structure"] == 0.75 and 0 <= scored.reward <= 1
+
+
+def test_structure_compliance_and_headless_single_sections():
+    outline = [{"heading": h, "brief": ""} for h in ("Alpha", "Beta")]
+    owners = [[0], [1]]
+    assert structure_compliance(["## Alpha\nA.", "## beta:\nB."], outline, owners) == 1.0
+    assert structure_compliance(["A.", "B."], outline, owners) == 1.0  # one section, no heading
+    assert structure_compliance(["## Alpha\nA.", ""], outline, owners) == 0.5
+    assert own_sections("## Alpha\nA.\n## Beta\nB.", outline, [0]) == {0: "A."}
+    assert document_sections(["## Alpha\nA.\n## Beta\nX.", "## Beta\nB."], outline, owners) == [
+        "A.",
+        "B.",
+    ]
+
+
+# -- the reward ranks hand-made documents as a person would -----------------------------------
+
+BRIEFS = [
+    "What a honey bee is: its body, its castes and how long each lives.",
+    "How a colony is organised: the queen, the workers, the drones and the hive.",
+    "How bees pollinate crops and wild plants while gathering nectar and pollen.",
+    "The threats bees face today: mites, pesticides, disease and loss of habitat.",
+]
+BIOLOGY = (
+    "The honey bee is a flying insect of the genus Apis, best known for making honey. Its body "
+    "has three parts: a head with large compound eyes and antennae, a thorax that carries two "
+    "pairs of wings and six legs, and an abdomen that holds the sting and the wax glands. Honey "
+    "bees live in three castes. A worker lives about six weeks in summer, a drone a few weeks "
+    "longer, and a queen can live for three to five years."
+)
+BIOLOGY_PARAPHRASE = (
+    "Honey bees are insects of the genus Apis, famous above all for producing honey. The body of "
+    "a honey bee is divided into a head, which bears the antennae and big compound eyes, a thorax "
+    "with four wings and six legs, and an abdomen containing wax glands and the sting. There are "
+    "three castes of honey bee: workers survive roughly six weeks in summer, drones somewhat "
+    "longer, and queens may live three to five years."
+)
+COLONY = (
+    "A honey bee colony is a family of one queen, tens of thousands of female workers and a few "
+    "hundred male drones. The queen lays up to two thousand eggs a day. Workers change jobs as "
+    "they age: young ones clean cells and feed larvae, middle-aged ones build comb and guard the "
+    "entrance, and the oldest forage outside. Drones exist only to mate with queens from other "
+    "colonies. The hive itself is built of wax comb, its hexagonal cells holding brood and stores."
+)
+POLLINATION = (
+    "While a forager collects nectar and pollen, grains of pollen stick to the hairs on its body "
+    "and rub off on the next flower it visits. This carries pollen from flower to flower and lets "
+    "plants set seed and fruit. Farmers rent hives to pollinate almonds, apples, blueberries and "
+    "many other crops, and about a third of the food people eat depends on animal pollination, "
+    "much of it by honey bees. Wild flowers in meadows and hedges benefit in the same way."
+)
+THREATS = (
+    "Honey bee colonies have suffered heavy losses in recent decades. The parasitic Varroa mite "
+    "feeds on developing bees and spreads viruses that cripple their wings. Some pesticides, "
+    "notably neonicotinoids, impair foragers' navigation. Diseases such as American foulbrood kill "
+    "larvae, and large fields of a single crop leave bees short of varied food for most of the "
+    "year. Beekeepers now treat hives for mites and plant strips of wild flowers to help."
+)
+GOOD = [BIOLOGY, COLONY, POLLINATION, THREATS]
+
+
+def score(sections) -> dict:
+    return longform_reward(sections, BRIEFS, 300, subject="honey bee")
+
+
+def test_the_longform_reward_ranks_documents_as_a_person_would():
+    good = score(GOOD)
+    off_brief = score([THREATS, POLLINATION, COLONY, BIOLOGY])  # every section off its brief
+    empty_part = score([BIOLOGY, "", POLLINATION, THREATS])
+    one_writes_all = score([" ".join(GOOD), "", "", ""])
+    paraphrased = score([BIOLOGY, BIOLOGY_PARAPHRASE, POLLINATION, THREATS])
+    duplicated = score([BIOLOGY, BIOLOGY, POLLINATION, THREATS])
+    assert good["redundancy"] == 0.0 and good["total"] > 0.85
+    assert good["total"] > off_brief["total"] > empty_part["total"]
+    assert off_brief["coverage"] < good["coverage"] - 0.2
+    for bad in (one_writes_all, paraphrased, duplicated):
+        assert bad["total"] < min(empty_part["total"], 0.3)
+    # the same paragraph in other words is caught as well as a copy
+    assert paraphrased["redundancy"] > 0.9 and duplicated["redundancy"] == 1.0
+    assert one_writes_all["length"] == 0.0 and one_writes_all["structure"] == 0.25
+
+
+def test_consistency_notices_a_section_in_another_voice_and_format():
+    you_list = "You should know:\n- you can keep bees at home\n- your garden will thank you"
+    mixed = score([BIOLOGY, COLONY, POLLINATION, you_list])
+    assert mixed["voice"] == mixed["format"] == 0.75
+    assert mixed["consistency"] < score(GOOD)["consistency"]
