@@ -55,7 +55,9 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
     """Every rating in the store that says something about preference, as examples.
 
     `task_kind` ('coding' or 'writing', matching `tasks.kind`) keeps one kind of task; comments
-    carry no verdict and are left out. An agent's own rating is about its last completion."""
+    carry no verdict and are left out, and so are ratings past the rating limits (they are
+    kept but do not count, see `store.ratings`). An agent's own rating is about its last
+    completion."""
     where = "AND t.kind = :kind" if task_kind else ""
     ratings = rows(
         db,
@@ -68,7 +70,7 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
         JOIN episodes e ON e.id = r.episode_id
         JOIN tasks t ON t.id = e.task_id
         LEFT JOIN episodes o ON o.id = r.other_episode_id
-        WHERE r.kind <> 'comment' {where}
+        WHERE r.kind <> 'comment' AND r.counts {where}
         ORDER BY r.id
         """,
         {"kind": task_kind},

@@ -125,10 +125,8 @@ class LearnerWorker:
         with store.open_db(self.db_path) as db:
             last = store.list_training_runs(db, limit=1)
             since = last[0]["started_at"] if last else ""
-            if s.every_ratings:
-                new = db.execute("SELECT count(*) FROM ratings WHERE created_at > ?", [since])
-                if new.fetchone()[0] >= s.every_ratings:
-                    return "ratings"
+            if s.every_ratings and store.ratings_toward_schedule(db, since) >= s.every_ratings:
+                return "ratings"
         if s.every_minutes and (not last or _minutes_since(since) >= s.every_minutes):
             return "schedule"
         return None

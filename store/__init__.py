@@ -41,7 +41,13 @@ from store.episodes import (
     recording_episode,
     start_episode,
 )
-from store.ratings import InvalidRating, add_rating, preference_pairs
+from store.ratings import (
+    InvalidRating,
+    RatingLimits,
+    add_rating,
+    preference_pairs,
+    ratings_toward_schedule,
+)
 from store.schema import LATEST_VERSION, SchemaTooNew, migrate, schema_version
 from store.training import (
     TrainingRunBusy,
@@ -70,6 +76,8 @@ __all__ = [
     "active_adapters",
     "adapter_lineage",
     "add_rating",
+    "RatingLimits",
+    "ratings_toward_schedule",
     "add_turn",
     "cancel_training_run",
     "claim_training_data",
