@@ -114,7 +114,8 @@ def answered_by(ctx: AppContext, episode_id: int | None) -> str:
 
 
 class RatingsPanel:
-    """The admin tab's "What your ratings changed" section; it refreshes on its own button."""
+    """The admin tab's "What your ratings changed" section: filled when the tab is unlocked,
+    refreshed on its own button."""
 
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
@@ -129,6 +130,7 @@ class RatingsPanel:
             self.refresh = gr.Button("Refresh", elem_id="admin-rating-refresh")
         self.pairs = gr.Markdown(elem_id="admin-rating-pairs")
         self.refresh.click(self.show, admin_ok, [self.table, self.pick])
+        admin_ok.change(self.show_when_unlocked, admin_ok, [self.table, self.pick])
         self.pick.change(self.show_pairs, [admin_ok, self.pick], self.pairs)
 
     def show(self, admin_ok: bool):
@@ -137,6 +139,9 @@ class RatingsPanel:
         changes = rating_changes(self.ctx)
         names = [row[0] for row in changes["data"]]
         return changes, gr.update(choices=names, value=names[0] if names else None)
+
+    def show_when_unlocked(self, admin_ok: bool):
+        return self.show(admin_ok) if admin_ok else (gr.skip(), gr.skip())
 
     def show_pairs(self, admin_ok: bool, name: str | None) -> str:
         if not admin_ok:

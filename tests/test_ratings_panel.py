@@ -56,3 +56,20 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
     said = answered_by(ctx, rated)
     assert "agent 1: agent0-v2, trained" in said and "from 9 rating(s)" in said
     assert "agent 2: base model" in said
+
+
+def test_the_panel_shows_nothing_until_the_admin_tab_is_unlocked(ctx):
+    import gradio as gr
+
+    from app.ratings_panel import RatingsPanel
+
+    panel = RatingsPanel(ctx)
+    with pytest.raises(gr.Error, match="Unlock"):
+        panel.show(False)
+    with pytest.raises(gr.Error, match="Unlock"):
+        panel.show_pairs(False, "agent0-v1")
+    assert panel.show_when_unlocked(False) == (gr.skip(), gr.skip())
+    with store.open_db(ctx.db_path) as db:
+        store.register_adapter(db, 0, "/a/v1", metrics={"ratings_learnt": 3})
+    table, pick = panel.show_when_unlocked(True)
+    assert table["data"][0][:1] == ["agent0-v1"] and pick["value"] == "agent0-v1"
