@@ -175,10 +175,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.ratings < 1 or args.held_out < 1 or args.steps < 1 or args.group_size < 2:
         parser.error("--ratings, --held-out and --steps must be >= 1, --group-size >= 2")
-    model_path = provision_model(args.model)  # from the real home, before it is swapped
-
     from agents.policy import PolicyClient
     from agents.server import ServerConfig, VLLMServer
+    from store.paths import venv_python
+
+    # the model and the vLLM environment come from the real home, before it is swapped
+    model_path, vllm_python = provision_model(args.model), venv_python("vllm")
 
     with tempfile.TemporaryDirectory(prefix="coteam-bench-ratings-") as home:
         os.environ["COTEAM_HOME"] = home  # its own database and adapter registry
@@ -188,7 +190,8 @@ def main() -> None:
             client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
             figures = experiment(client, model_path, db_path, args)
         else:
-            with VLLMServer(ServerConfig(model=str(model_path), agents=AGENTS)) as server:
+            config = ServerConfig(model=str(model_path), agents=AGENTS, python=vllm_python)
+            with VLLMServer(config) as server:
                 figures = experiment(PolicyClient(server.url), model_path, db_path, args)
     print(
         f"rater {figures['rater']}, N={figures['ratings']} ratings, {figures['steps']} step(s), "
