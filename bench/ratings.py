@@ -45,7 +45,7 @@ from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
 from learner.promotion import held_out_tasks  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
-from learner.rewards import RewardWeights, episode_reward  # noqa: E402
+from learner.rewards import RewardWeights, score_episode  # noqa: E402
 from learner.train import TrainArgs, train  # noqa: E402
 
 AGENTS = 2
@@ -82,7 +82,8 @@ def measure(client, adapters, tasks, db_path, max_tokens: int) -> list[dict]:
             task, client, shape="parallel", agents=AGENTS, adapters=adapters,
             sampling=replace(GREEDY, max_tokens=max_tokens), checker=sandbox_check, db=db_path,
         )  # fmt: skip
-        passed = episode_reward(result)["components"]["quality"] == 1.0
+        report = score_episode(result, db=db_path).report  # the sandbox's, never the program's
+        passed = report is not None and report.total > 0 and report.passed == report.total
         measured.append({"property": has_property(result.output), "pass": passed})
     return measured
 
