@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import store  # noqa: E402
 from agents.roles import SHAPES  # noqa: E402
 from app.context import AppContext  # noqa: E402
+from app.ratings_panel import RatingsPanel  # noqa: E402
 from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, eval_tasks, run_eval  # noqa: E402
 from learner.registry import adapter_name, promote, rollback, serving_adapters  # noqa: E402
 from learner.train import TrainArgs  # noqa: E402
@@ -342,6 +343,7 @@ class AdminTab:
             self.build_learner()
             self.build_curves()
             self.build_registry()
+            RatingsPanel(self.ctx).build(self.admin_ok)
             self.build_eval()
             self.build_export()
         self.timer = gr.Timer(POLL_S, active=False)

@@ -34,6 +34,7 @@ class AppContext:
     admin_password: str | None = None
     eval_dir: Path = field(default_factory=lambda: coteam_home() / "eval")
     max_agents: int = 4
+    rating_limits: store.RatingLimits = field(default_factory=store.RatingLimits)
 
     def registered_adapters(self) -> list[dict]:
         """Every adapter version of every agent in the registry, by agent then version."""

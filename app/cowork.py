@@ -37,6 +37,7 @@ from agents.team import Sampling
 from app import rating
 from app.context import AppContext
 from app.live import LiveEpisode, TeamRun, describe_error, run_live
+from app.ratings_panel import answered_by
 from learner.registry import adapter_name, ensure_loaded, load_version
 
 MAX_PANES = 4
@@ -714,6 +715,8 @@ class CoworkTab:
             ok = episode.result is not None and not episode.error
             updates[self.episode_id] = episode.episode_id if ok else None
             updates[self.rating_panel] = gr.update(visible=ok)
+            if ok:
+                updates[self.status] += "\n\n" + answered_by(self.ctx, episode.episode_id)
             if self.code:
                 updates[self.tests_view] = tests_markdown(episode) if ok else ""
         return updates
@@ -728,6 +731,8 @@ class CoworkTab:
                 f"**Team {side}**: {episode.run.shape} · adapters {adapters}",
                 episode.status(),
             ]
+            if episode.finished and episode.result is not None and not episode.error:
+                lines.append(answered_by(self.ctx, episode.episode_id))
             updates[status] = "\n\n".join(lines)
             if episode.result is not None:
                 updates[view] = episode.output

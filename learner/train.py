@@ -33,8 +33,8 @@ from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
 from agents.team import Sampling, run_group
-from learner.human import episode_sample, rated_groups
 from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages
+from learner.preference import PreferenceModel, load_preference_model
 from learner.registry import adapter_name, publish_candidate, serving_adapters
 from learner.rewards import RewardWeights, SpeedBudget, score_episode
 from store.paths import coteam_home, default_db_path
@@ -124,7 +124,8 @@ def train(
         temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, logprobs=True
     )
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
-    human = _human_groups(args, base_model, db_path, run_id)
+    preference = _preference_model(args, db_path)
+    ratings_learnt = len(preference.rating_ids) if preference else 0
     history: list[dict] = []
     try:
         for step in range(1, args.steps + 1):
@@ -143,18 +144,22 @@ def train(
                     adapters=names,
                     **({"checker": sandbox_check} if task.kind == "coding" else {}),
                 )
-                scores = [score_episode(r, args.weights, args.budget, db=db_path) for r in results]
+                # the people's verdict on these fresh samples, blended into R by score_episode
+                liked = (
+                    preference.preference_score([r.output or "" for r in results]).tolist()
+                    if preference is not None
+                    else [None] * len(results)
+                )
+                scores = [
+                    score_episode(r, args.weights, args.budget, human_rating=p, db=db_path)
+                    for r, p in zip(results, liked, strict=True)
+                ]
                 group = torch.tensor([s.reward for s in scores])
                 advantages = group_advantages(group, cfg.scale_advantages_by_std)
                 rewards.extend(group.tolist())
                 for agent in range(args.agents):
                     per_agent[agent][0].extend(agent_samples(results, agent))
                     per_agent[agent][1].append(advantages)
-            if step == 1:  # the people's groups join the first step's update
-                for samples_by_agent, advantages in human:
-                    for agent in range(args.agents):
-                        per_agent[agent][0].extend(samples_by_agent[agent])
-                        per_agent[agent][1].append(advantages)
             rollout_s = time.perf_counter() - t0
             losses = {}
             for agent, (samples, advantages) in per_agent.items():
@@ -168,7 +173,7 @@ def train(
                 "rollout_s": round(rollout_s, 1),
                 "step_s": round(time.perf_counter() - t0, 1),
                 "samples": len(rewards),
-                "human_groups": len(human) if step == 1 else 0,
+                "ratings_learnt": ratings_learnt,
                 **losses,
             }
             history.append(metrics)
@@ -192,7 +197,7 @@ def train(
             last_pass = history[-pass_steps:]
             train_reward = sum(h["reward_mean"] for h in last_pass) / len(last_pass)
             outcome["candidates"] = _publish(
-                db_path, policies, scratch, run_id, active, history, train_reward
+                db_path, policies, scratch, run_id, active, history, train_reward, ratings_learnt
             )
         return outcome
     finally:
@@ -202,27 +207,16 @@ def train(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _human_groups(args: TrainArgs, base_model, db_path, run_id) -> list[tuple[list, torch.Tensor]]:
-    """Claim the rated episodes not yet trained on and turn them into groups of samples."""
-    if run_id is None or args.weights.human <= 0:
-        return []
-    from transformers import AutoTokenizer
-
+def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:
+    """The people's preferences, refit on every stored rating of this kind of task (nothing is
+    consumed: the next run learns from the same ratings and the new ones)."""
+    if args.weights.human <= 0:
+        return None
     kind = "coding" if args.task == "coding" else "writing"
     with store.open_db(db_path) as db:
-        episodes = store.claim_training_data(db, run_id, rated_only=True, task_kind=kind)
-    groups = []
-    tokenizer = None
-    for members, rewards in rated_groups(episodes, args.agents, args.weights.human):
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(base_model)
-        samples = [[episode_sample(tokenizer, e, a) for e in members] for a in range(args.agents)]
-        if all(s is not None for per_agent in samples for s in per_agent):
-            advantages = group_advantages(
-                torch.tensor(rewards), args.magrpo.scale_advantages_by_std
-            )
-            groups.append((samples, advantages))
-    log.info("%d rated group(s) from %d rated episode(s)", len(groups), len(episodes))
-    return groups
+        model = load_preference_model(db, kind)
+    log.info("preference model: %d rating(s)", len(model.rating_ids) if model else 0)
+    return model
 
 
 def _serve_step(client, policies, scratch: Path, step: int, names, start_names) -> list[str]:
@@ -245,10 +239,18 @@ def steps_per_pass(tasks: int, tasks_per_step: int) -> int:
 
 
 def _publish(
-    db_path, policies, scratch: Path, run_id, active: dict, history, train_reward: float
+    db_path,
+    policies,
+    scratch: Path,
+    run_id,
+    active: dict,
+    history,
+    train_reward: float,
+    ratings_learnt: int = 0,
 ) -> dict[int, int]:
     """Register each agent's final adapter as its next candidate version; `train_reward` is the
-    mean joint reward of the last pass over the tasks (one step's is mostly which tasks it drew)."""
+    mean joint reward of the last pass over the tasks (one step's is mostly which tasks it drew),
+    `ratings_learnt` how many stored ratings the preference model learnt from."""
     final = history[-1]["step"]
     candidates = {}
     with store.open_db(db_path) as db:
@@ -260,7 +262,11 @@ def _publish(
                 agent,
                 folder,
                 parent=parent,
-                metrics={"train_reward": train_reward, "steps": final},
+                metrics={
+                    "train_reward": train_reward,
+                    "steps": final,
+                    "ratings_learnt": ratings_learnt,
+                },
                 training_run_id=run_id,
             )
             candidates[agent] = row["version"]

@@ -125,7 +125,7 @@ class LearnerWorker:
         with store.open_db(self.db_path) as db:
             last = store.list_training_runs(db, limit=1)
             since = last[0]["started_at"] if last else ""
-            if s.every_ratings and store.count_ratings(db, since=since) >= s.every_ratings:
+            if s.every_ratings and store.ratings_toward_schedule(db, since) >= s.every_ratings:
                 return "ratings"
         if s.every_minutes and (not last or _minutes_since(since) >= s.every_minutes):
             return "schedule"

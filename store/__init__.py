@@ -58,7 +58,13 @@ from store.episodes import (
     recording_episode,
     start_episode,
 )
-from store.ratings import InvalidRating, add_rating, count_ratings, preference_pairs
+from store.ratings import (
+    InvalidRating,
+    RatingLimits,
+    add_rating,
+    preference_pairs,
+    ratings_toward_schedule,
+)
 from store.schema import LATEST_VERSION
 from store.training import (
     TrainingRunBusy,
@@ -90,11 +96,12 @@ __all__ = [
     "adapter_lineage",
     "adapter_name",
     "add_rating",
+    "RatingLimits",
+    "ratings_toward_schedule",
     "add_turn",
     "cancel_training_run",
     "claim_training_data",
     "count_episodes",
-    "count_ratings",
     "create_task",
     "fail_episode",
     "fail_training_run",

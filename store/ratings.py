@@ -13,12 +13,22 @@ Kinds and the fields each one takes (every other field must be left out):
 `add_rating` checks all of it before writing and raises `InvalidRating` (a `ValueError`) with
 the reason, leaving the database unchanged. `preference_pairs` turns ratings into
 chosen/rejected pairs for a reward model or DPO.
+
+One person must not be able to drive training. The rater is who the server says it is (the
+app passes its own identity, never a value the browser chose), and:
+- duplicates collapse: a rater's new verdict on the same thing (same episode, kind and agent;
+  for A/B the same two episodes in either order) replaces the old one;
+- limits: past `RatingLimits.per_session` ratings in one session or `per_hour` ratings by one
+  rater in the last hour, a rating is still stored but with `counts = 0`: it neither moves the
+  training schedule (`ratings_toward_schedule`) nor teaches the preference model.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlite_utils import Database
@@ -45,6 +55,14 @@ class InvalidRating(StoreError, ValueError):
     """A rating was refused; the message says which rule it broke. Nothing was written."""
 
 
+@dataclass(frozen=True)
+class RatingLimits:
+    """How many of one rater's ratings count: per browser session, and per rolling hour."""
+
+    per_session: int = 30
+    per_hour: int = 60
+
+
 def add_rating(
     db: Database,
     episode_id: int,
@@ -56,10 +74,12 @@ def add_rating(
     other_episode_id: int | None = None,
     agent: int | None = None,
     rater: str | None = None,
+    session: str | None = None,
+    limits: RatingLimits = RatingLimits(),  # noqa: B008
 ) -> int:
-    """Validate and store one rating of a finished episode; return the rating's id.
-
-    See the module docstring for what each kind takes. Raises `InvalidRating`.
+    """Validate and store one rating of a finished episode by `rater` in `session`; return
+    its id. See the module docstring for what each kind takes, and how duplicates and limits
+    work (the row's `counts` says whether it counts). Raises `InvalidRating`.
     """
     if kind not in KINDS:
         raise InvalidRating(f"unknown rating kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -67,8 +87,11 @@ def add_rating(
     extra = sorted(name for name, v in given.items() if v is not None and name not in _FIELDS[kind])
     if extra:
         raise InvalidRating(f"a {kind} rating takes no {', '.join(extra)}")
-    if rater is not None and (not isinstance(rater, str) or len(rater) > MAX_RATER_CHARS):
-        raise InvalidRating(f"rater must be a name of at most {MAX_RATER_CHARS} characters")
+    for name, given_name in (("rater", rater), ("session", session)):
+        if given_name is not None and (
+            not isinstance(given_name, str) or len(given_name) > MAX_RATER_CHARS
+        ):
+            raise InvalidRating(f"{name} must be a name of at most {MAX_RATER_CHARS} characters")
     value = _check_value(kind, value)
     _check_text(kind, text)
     with write_transaction(db):
@@ -84,6 +107,8 @@ def add_rating(
                 )
         if kind == "pairwise":
             _check_pair(db, episode, other_episode_id, choice)
+        _collapse_duplicates(db, rater, episode_id, kind, agent, other_episode_id)
+        counts = _within_limits(db, rater, session, limits)
         row = {
             "episode_id": episode_id,
             "agent": agent,
@@ -93,9 +118,57 @@ def add_rating(
             "choice": choice,
             "other_episode_id": other_episode_id,
             "rater": rater,
+            "session": session,
+            "counts": int(counts),
             "created_at": now(),
         }
         return db["ratings"].insert(row).last_pk
+
+
+def _collapse_duplicates(
+    db: Database, rater: str | None, episode_id: int, kind: str, agent, other_episode_id
+) -> None:
+    """Delete the rater's earlier verdict on the same thing."""
+    if rater is None:
+        return  # ratings with no rater (scripts, the CLI) are each their own
+    pair = (episode_id, other_episode_id)
+    db.execute(
+        """
+        DELETE FROM ratings WHERE rater = ? AND kind = ? AND agent IS ? AND (
+            (episode_id = ? AND other_episode_id IS ?) OR (episode_id = ? AND other_episode_id = ?))
+        """,
+        [rater, kind, agent, *pair, *reversed(pair)],
+    )
+
+
+def _within_limits(
+    db: Database, rater: str | None, session: str | None, limits: RatingLimits
+) -> bool:
+    """Whether a new rating by `rater` in `session` stays within `limits` (so it counts)."""
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="milliseconds")
+    checks = [
+        ("session", session, "1", [], limits.per_session),
+        ("rater", rater, "created_at > ?", [hour_ago], limits.per_hour),
+    ]
+    for column, who, since, params, limit in checks:
+        if who is None:
+            continue
+        [(n,)] = db.execute(
+            f"SELECT count(*) FROM ratings WHERE {column} = ? AND counts AND {since}",
+            [who, *params],
+        ).fetchall()
+        if n >= limit:
+            return False
+    return True
+
+
+def ratings_toward_schedule(db: Database, since: str) -> int:
+    """How many ratings made after `since` count toward the training schedule."""
+    [(n,)] = db.execute(
+        "SELECT count(*) FROM ratings WHERE created_at > ? AND counts AND kind <> 'comment'",
+        [since],
+    ).fetchall()
+    return n
 
 
 def _check_value(kind: str, value: Any) -> float | None:
@@ -219,8 +292,3 @@ def preference_pairs(db: Database) -> Iterator[dict]:
             ORDER BY a.id, b.id
             """,
         )
-
-
-def count_ratings(db: Database, *, since: str = "") -> int:
-    """How many ratings were given after the timestamp `since` (default: all of them)."""
-    return rows(db, "SELECT count(*) AS n FROM ratings WHERE created_at > ?", [since])[0]["n"]

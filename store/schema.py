@@ -12,6 +12,7 @@ UTC strings, agents are numbered from 0 within their team, adapter version 0 is 
 
 Version 1 - what one episode is: tasks, episodes, turns, reward components, ratings.
 Version 2 - what the learner keeps: training runs, which episodes each run used, adapters.
+Version 3 - rating limits: the rater's session, and whether a rating counts (within the limits).
 """
 
 from __future__ import annotations
@@ -152,6 +153,12 @@ MIGRATIONS: list[list[str]] = [
         """,
         # exactly one active adapter per agent, enforced by the database itself
         "CREATE UNIQUE INDEX adapters_one_active ON adapters(agent) WHERE state = 'active'",
+    ],
+    # 3: rating limits (store/ratings.py): past them a rating is kept but does not count
+    [
+        "ALTER TABLE ratings ADD COLUMN session TEXT",
+        "ALTER TABLE ratings ADD COLUMN counts INTEGER NOT NULL DEFAULT 1 CHECK (counts IN (0, 1))",
+        "CREATE INDEX ratings_rater ON ratings(rater, created_at) WHERE rater IS NOT NULL",
     ],
 ]
 

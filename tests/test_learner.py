@@ -148,7 +148,8 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     with store.open_db(db_path) as db:
         [run] = store.list_training_runs(db)
         assert run["state"] == "ok" and len(run["metrics"]["history"]) == 2
-        assert run["metrics"]["history"][0]["human_groups"] == 1
+        assert run["metrics"]["history"][0]["ratings_learnt"] == 2  # both still counted
+        liked = db.execute("SELECT value FROM rewards WHERE name = 'human_rating'").fetchall()
         rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
         rewarded = db.execute("SELECT count(DISTINCT episode_id) FROM rewards").fetchone()[0]
         episodes = store.get_episodes(db, [e["id"] for e in store.list_episodes(db, limit=1000)])
@@ -160,10 +161,12 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     for episode in scratch:
         assert episode["adapter_versions"] == [None, None], episode["params"]["adapters"]
     assert rewarded >= 2 * 2  # every sampled episode was scored (plus the gate's)
+    assert len(liked) >= 2 * 2 and all(0 < v < 1 for (v,) in liked)  # by the people's model too
     assert (home / "runs" / "curves" / f"run-{run['id']}.png").stat().st_size > 1000
     for agent, lineage in rows.items():
         [row] = lineage
         assert row["state"] in ("active", "rejected") and "gate" in row["metrics"]
+        assert row["metrics"]["ratings_learnt"] == 2
         assert (home / "adapters" / f"agent{agent}" / "v1" / "adapter_config.json").is_file()
         if row["state"] == "active":
             assert adapter_name(agent, 1) in policy.list_adapters()

@@ -49,14 +49,17 @@ def test_first_schema_upgrades_in_place_keeping_its_data(tmp_path):
         episode_id = store.start_episode(db, task_id, shape="single", roles=["coder"])
         store.add_turn(db, episode_id, turn=0, agent=0, observation="o", completion="c")
         store.finish_episode(db, episode_id, "def add(a, b): return a + b")
-        store.add_rating(db, episode_id, "thumbs", value=1)
+        # a version-1 row, as the code of that version wrote it (today's has more columns)
+        db["ratings"].insert(
+            {"episode_id": episode_id, "kind": "thumbs", "value": 1, "created_at": "2026-01-01"}
+        )
 
     with open_db(path) as db:
         assert store.schema_version(db) == schema.LATEST_VERSION
         assert {"training_runs", "training_examples", "adapters"} <= table_names(db)
         episode = store.get_episode(db, episode_id)
         assert episode["final_output"] == "def add(a, b): return a + b"
-        assert [r["kind"] for r in episode["ratings"]] == ["thumbs"]
+        assert [(r["kind"], r["counts"]) for r in episode["ratings"]] == [("thumbs", 1)]
         # the upgraded file works with the tables the upgrade added
         run_id = store.start_training_run(db, "manual")
         assert [e["id"] for e in store.claim_training_data(db, run_id)] == [episode_id]

@@ -193,3 +193,44 @@ def test_preference_pairs_from_every_kind_of_rating(db):
         for p in store.preference_pairs(db)
     }
     assert ("pairwise", b, a) in ids and ("thumbs", c, a) in ids
+
+
+def test_a_raters_new_verdict_replaces_the_old_one(db, episodes):
+    a, b = episodes["a"], episodes["b"]
+    store.add_rating(db, a, "thumbs", value=1, rater="ip:1")
+    latest = store.add_rating(db, a, "thumbs", value=-1, rater="ip:1")
+    store.add_rating(db, a, "thumbs", value=1, rater="ip:2")  # someone else: its own rating
+    store.add_rating(db, a, "thumbs", value=1, rater="ip:1", agent=0)  # another thing rated
+    store.add_rating(db, a, "pairwise", other_episode_id=b, choice="left", rater="ip:1")
+    vote = store.add_rating(db, b, "pairwise", other_episode_id=a, choice="tie", rater="ip:1")
+    thumbs = [(r["rater"], r["agent"], r["value"]) for r in store.get_episode(db, a)["ratings"]]
+    assert thumbs[:3] == [("ip:1", None, -1.0), ("ip:2", None, 1.0), ("ip:1", 0, 1.0)]
+    assert store.get_episode(db, a)["ratings"][0]["id"] == latest
+    votes = [r for r in db["ratings"].rows if r["kind"] == "pairwise"]
+    assert [(r["id"], r["choice"]) for r in votes] == [(vote, "tie")]  # either order is one pair
+
+
+def test_ratings_past_the_limits_are_kept_but_do_not_count(db, episodes):
+    limits = store.RatingLimits(per_session=2, per_hour=3)
+    a, b = episodes["a"], episodes["b"]
+    kept = [  # five different things rated, so none replaces another
+        store.add_rating(db, e, "score", value=5, rater="ip:1", session=s, limits=limits, agent=g)
+        for e, s, g in [(a, "s1", None), (a, "s1", 0), (a, "s1", 1), (b, "s2", None), (b, "s3", 0)]
+    ]
+    store.add_rating(db, b, "score", value=5, rater="ip:2", session="s9", limits=limits)
+    counts = {r["id"]: r["counts"] for r in db["ratings"].rows}
+    # session s1 allows two; the rater's hour allows three in all (the third from s2)
+    assert [counts[i] for i in kept] == [1, 1, 0, 1, 0]
+    assert store.ratings_toward_schedule(db, since="") == 4  # 3 by ip:1, 1 by ip:2
+    stored = {r["id"] for r in db["ratings"].rows}
+    assert set(kept) <= stored  # nothing lost
+
+
+def test_ratings_past_the_limits_do_not_teach_the_preference_model(db, episodes):
+    from learner.preference import preference_examples
+
+    limits = store.RatingLimits(per_session=1, per_hour=10)
+    a, b = episodes["a"], episodes["b"]
+    first = store.add_rating(db, a, "score", value=5, rater="ip:1", session="s", limits=limits)
+    store.add_rating(db, b, "score", value=1, rater="ip:1", session="s", limits=limits)
+    assert preference_examples(db).rating_ids == {first}

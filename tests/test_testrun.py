@@ -25,7 +25,7 @@ from agents.testrun import (
     plan_tests,
     run_tests,
 )
-from learner.rewards import CODING_MAX, coding_reward
+from learner.rewards import coding_reward
 
 TESTS = textwrap.dedent(
     """
@@ -205,7 +205,7 @@ def test_forging_programs_score_nothing(name):
     assert report.fraction == 0.0 and report.weighted_fraction == 0.0
     reward = coding_reward("", program, TESTS, "add", program=program, timeout=2.0)
     assert reward["asserts_passed"] == 0.0 and reward["tests"] == 0.0, reward
-    assert reward["total"] <= CODING_MAX
+    assert 0.0 <= reward["quality"] <= 1.0 and reward["coordination"] == 0.0
     task = Task(kind="coding", form="user", prompt="add", source="test", entry_point="add")
     check = sandbox_check(program, replace(task, tests=TESTS))  # the team's verdict on a turn
     assert not check.passed and check.tests_passed == 0

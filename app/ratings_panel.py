@@ -1,0 +1,158 @@
+"""What your ratings changed: the admin panel that shows, for each adapter version, how many
+ratings it learnt from, how it did on the held-out tasks against the version it replaced (the
+promotion gate's scores), and a few answers to the same prompt before and after; and the line
+the Co-code/Co-write pages show under a result, saying which versions answered and when they
+were trained."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+import store
+from app.context import AppContext
+from learner.registry import adapter_name
+
+CHANGE_COLUMNS = [
+    "version",
+    "trained",
+    "state",
+    "ratings learnt",
+    "held-out score",
+    "previous version's",
+    "change",
+]
+PAIRS_SHOWN = 3
+PAIR_CHARS = 600  # enough of an answer to compare, short enough to scan three pairs
+
+
+def rating_changes(ctx: AppContext) -> dict:
+    """One row per adapter version, newest first: the `CHANGE_COLUMNS`."""
+    rows = []
+    for r in reversed(ctx.registered_adapters()):
+        metrics, gate = r["metrics"], r["metrics"].get("gate") or {}
+        after, before = gate.get("candidate_score"), gate.get("active_score")
+        change = after - before if after is not None and before is not None else None
+        rows.append(
+            [
+                adapter_name(r["agent"], r["version"]),
+                r["created_at"][:16].replace("T", " "),
+                r["state"],
+                metrics.get("ratings_learnt"),  # None: trained before ratings were counted
+                _round(after),
+                _round(before),
+                _round(change),
+            ]
+        )
+    return {"headers": CHANGE_COLUMNS, "data": rows}
+
+
+def before_after_pairs(db, agent: int, version: int, limit: int = PAIRS_SHOWN) -> list[dict]:
+    """Prompts answered both by this version and by the one before it (its parent, or the base
+    model), newest first: prompt, before, after. The gate runs both teams on the same held-out
+    tasks, so every gated version has some."""
+    parent = store.get_adapter(db, agent, version)["parent_version"] or 0
+    by = "json_extract(e.adapter_versions, '$[' || :agent || ']')"
+    return list(
+        db.query(
+            f"""
+            SELECT t.prompt,
+                (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
+                 AND {by} = :parent ORDER BY e.id DESC LIMIT 1) AS before,
+                (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
+                 AND {by} = :version ORDER BY e.id DESC LIMIT 1) AS after
+            FROM tasks t
+            WHERE before IS NOT NULL AND after IS NOT NULL
+            ORDER BY t.id DESC LIMIT :limit
+            """,
+            {"agent": agent, "version": version, "parent": parent, "limit": limit},
+        )
+    )
+
+
+def pairs_markdown(ctx: AppContext, name: str | None) -> str:
+    """The before/after pairs of the version named `name` (e.g. agent0-v2), as Markdown."""
+    if not name:
+        return "Pick a version to see its answers next to the previous version's."
+    row = next(
+        (r for r in ctx.registered_adapters() if adapter_name(r["agent"], r["version"]) == name),
+        None,
+    )
+    if row is None:
+        return f"There is no adapter version {name}."
+    with store.open_db(ctx.db_path) as db:
+        pairs = before_after_pairs(db, row["agent"], row["version"])
+    if not pairs:
+        return f"No prompt has been answered by both {name} and the version before it yet."
+    previous = f"v{row['parent_version']}" if row["parent_version"] else "the base model"
+    blocks = [
+        f"**Prompt:** {_clip(p['prompt'])}\n\n*Before ({previous}):*\n\n"
+        f"```\n{_clip(p['before'])}\n```\n\n*After ({name}):*\n\n```\n{_clip(p['after'])}\n```"
+        for p in pairs
+    ]
+    return "\n\n---\n\n".join(blocks)
+
+
+def answered_by(ctx: AppContext, episode_id: int | None) -> str:
+    """Which adapter version each agent of the episode ran and when it was trained (one line)."""
+    if episode_id is None:
+        return ""
+    with store.open_db(ctx.db_path) as db:
+        versions = store.get_episode(db, episode_id)["adapter_versions"]
+        parts = []
+        for agent, version in enumerate(versions):
+            if not version:
+                parts.append(f"agent {agent + 1}: base model")
+                continue
+            row = store.get_adapter(db, agent, version)
+            learnt = row["metrics"].get("ratings_learnt")
+            parts.append(
+                f"agent {agent + 1}: {adapter_name(agent, version)}, trained "
+                f"{row['created_at'][:16].replace('T', ' ')} UTC"
+                + (f" from {learnt} rating(s)" if learnt else "")
+            )
+    return "Answered by " + "; ".join(parts) + "."
+
+
+class RatingsPanel:
+    """The admin tab's "What your ratings changed" section: filled when the tab is unlocked,
+    refreshed on its own button."""
+
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    def build(self, admin_ok: gr.State) -> None:
+        gr.Markdown("## What your ratings changed")
+        self.table = gr.Dataframe(
+            headers=CHANGE_COLUMNS, interactive=False, elem_id="admin-rating-changes"
+        )
+        with gr.Row():
+            self.pick = gr.Dropdown([], label="Version", elem_id="admin-rating-pick")
+            self.refresh = gr.Button("Refresh", elem_id="admin-rating-refresh")
+        self.pairs = gr.Markdown(elem_id="admin-rating-pairs")
+        self.refresh.click(self.show, admin_ok, [self.table, self.pick])
+        admin_ok.change(self.show_when_unlocked, admin_ok, [self.table, self.pick])
+        self.pick.change(self.show_pairs, [admin_ok, self.pick], self.pairs)
+
+    def show(self, admin_ok: bool):
+        if not admin_ok:
+            raise gr.Error("Unlock the admin tab with the admin password first.")
+        changes = rating_changes(self.ctx)
+        names = [row[0] for row in changes["data"]]
+        return changes, gr.update(choices=names, value=names[0] if names else None)
+
+    def show_when_unlocked(self, admin_ok: bool):
+        return self.show(admin_ok) if admin_ok else (gr.skip(), gr.skip())
+
+    def show_pairs(self, admin_ok: bool, name: str | None) -> str:
+        if not admin_ok:
+            raise gr.Error("Unlock the admin tab with the admin password first.")
+        return pairs_markdown(self.ctx, name)
+
+
+def _clip(text: str | None) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= PAIR_CHARS else text[:PAIR_CHARS] + " …"
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 3) if isinstance(value, int | float) else None

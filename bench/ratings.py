@@ -1,0 +1,210 @@
+"""Do ratings change the team? A simulated rater with a checkable taste rates A/B pairs through
+the store API the page uses, the learner retrains (its preference model learns from those
+ratings and scores every rollout), and held-out prompts are answered before and after.
+
+    rater typed   prefers code where every function has type hints and a docstring (the
+                  property); a tie when both or neither have it
+    rater none    the control: a coin flip, no preference
+
+Measured on the first --held-out HumanEval held-out problems, greedy: how often the team's
+program has the property, and pass@1 (every test assert passes, run in the sandbox), before
+(the serving adapters, the base model in a fresh home) and after (the run's candidates), with
+an exact McNemar test (binomial on the prompts that changed) for each.
+
+Everything runs in a temporary COTEAM_HOME (its own database and adapter registry).
+
+Usage: python bench/ratings.py [--rater typed|none] [--ratings 4] [--held-out 4] [--steps 1]
+                               [--group-size 2] [--max-tokens 192] [--vllm-url URL] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scipy.stats import binomtest  # noqa: E402
+
+import store  # noqa: E402
+from agents.combine import extract_code  # noqa: E402
+from agents.feedback import sandbox_check  # noqa: E402
+from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.tasks import humaneval_tasks  # noqa: E402
+from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
+from learner.magrpo import MAGRPOConfig  # noqa: E402
+from learner.promotion import held_out_tasks  # noqa: E402
+from learner.registry import adapter_name, load_version  # noqa: E402
+from learner.rewards import RewardWeights, score_episode  # noqa: E402
+from learner.train import TrainArgs, train  # noqa: E402
+
+AGENTS = 2
+
+
+def has_property(program: str) -> bool:
+    """Every function defined has annotated arguments, a return annotation and a docstring."""
+    try:
+        tree = ast.parse(extract_code(program))
+    except SyntaxError:
+        return False
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    return bool(functions) and all(
+        f.returns is not None
+        and all(a.annotation is not None for a in f.args.args)
+        and ast.get_docstring(f) is not None
+        for f in functions
+    )
+
+
+def vote(rater: str, left: str, right: str, rng: random.Random) -> str:
+    """The simulated rater's A/B choice: left, right or tie."""
+    if rater == "none":
+        return rng.choice(["left", "right"])
+    a, b = has_property(left), has_property(right)
+    return "tie" if a == b else ("left" if a else "right")
+
+
+def measure(client, adapters, tasks, db_path, max_tokens: int) -> list[dict]:
+    """Greedy answers to the held-out tasks: the property and pass (all asserts) for each."""
+    measured = []
+    for task in tasks:
+        result = run_episode(
+            task, client, shape="parallel", agents=AGENTS, adapters=adapters,
+            sampling=replace(GREEDY, max_tokens=max_tokens), checker=sandbox_check, db=db_path,
+        )  # fmt: skip
+        report = score_episode(result, db=db_path).report  # the sandbox's, never the program's
+        passed = report is not None and report.total > 0 and report.passed == report.total
+        measured.append({"property": has_property(result.output), "pass": passed})
+    return measured
+
+
+def mcnemar(before: list[bool], after: list[bool]) -> float:
+    """Exact two-sided McNemar p-value: of the prompts that changed, how lopsided the change."""
+    up = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
+    down = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    return 1.0 if up + down == 0 else binomtest(up, up + down, 0.5).pvalue
+
+
+def experiment(client, model_path, db_path: Path, args) -> dict:
+    rng = random.Random(args.seed)
+    held_out = held_out_tasks("coding", args.held_out)
+    t0 = time.perf_counter()
+    before = measure(client, [None] * AGENTS, held_out, db_path, args.max_tokens)
+    print(f"before: measured {len(held_out)} held-out prompts", flush=True)
+
+    sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=args.max_tokens)
+    rated_tasks = humaneval_tasks("train")[: args.ratings]
+    votes = {"left": 0, "right": 0, "tie": 0}
+    for task in rated_tasks:  # an A/B pair per task, as the page's A/B mode makes them
+        left, right = run_group(
+            task, client, 2, db=db_path, sampling=sampling, shape="parallel", agents=AGENTS,
+            checker=sandbox_check,
+        )  # fmt: skip
+        choice = vote(args.rater, left.output, right.output, rng)
+        votes[choice] += 1
+        with store.open_db(db_path) as db:
+            store.add_rating(
+                db, left.episode_id, "pairwise", choice=choice, other_episode_id=right.episode_id
+            )
+    print(f"rated {len(rated_tasks)} pairs: {votes}", flush=True)
+
+    train_args = TrainArgs(
+        task="coding",
+        steps=args.steps,
+        agents=AGENTS,
+        task_limit=args.ratings,
+        magrpo=MAGRPOConfig(
+            group_size=args.group_size, tasks_per_step=2, max_new_tokens=args.max_tokens
+        ),
+        weights=RewardWeights(human=args.human_weight),
+    )
+    outcome = train(train_args, client, model_path, db_path)
+    with store.open_db(db_path) as db:
+        names = []
+        for agent, version in sorted(outcome["candidates"].items()):
+            names.append(adapter_name(agent, version))
+            load_version(client, names[-1], store.get_adapter(db, agent, version)["path"])
+    after = measure(client, names, held_out, db_path, args.max_tokens)
+    rate = {
+        key: [sum(m[key] for m in ms) / len(ms) for ms in (before, after)]
+        for key in ("property", "pass")
+    }
+    p = {
+        key: mcnemar([m[key] for m in before], [m[key] for m in after])
+        for key in ("property", "pass")
+    }
+    return {
+        "rater": args.rater,
+        "ratings": len(rated_tasks),
+        "votes": votes,
+        "held_out": len(held_out),
+        "steps": args.steps,
+        "ratings_learnt": outcome["history"][-1].get("ratings_learnt"),
+        "property_before": rate["property"][0],
+        "property_after": rate["property"][1],
+        "property_p": p["property"],
+        "pass_before": rate["pass"][0],
+        "pass_after": rate["pass"][1],
+        "pass_p": p["pass"],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
+    parser.add_argument("--rater", choices=["typed", "none"], default="typed")
+    parser.add_argument("--ratings", type=int, default=4, help="N: A/B pairs rated")
+    parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
+    parser.add_argument("--steps", type=int, default=1, help="training steps of the retrain")
+    parser.add_argument("--group-size", type=int, default=2, help="G joint samples per task")
+    parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--human-weight", type=float, default=0.5, help="w_h of the blend")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vllm-url", help="use this running server instead of starting one")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    if args.ratings < 1 or args.held_out < 1 or args.steps < 1 or args.group_size < 2:
+        parser.error("--ratings, --held-out and --steps must be >= 1, --group-size >= 2")
+    from agents.policy import PolicyClient
+    from agents.server import ServerConfig, VLLMServer
+    from store.paths import venv_python
+
+    # the model and the vLLM environment come from the real home, before it is swapped
+    model_path, vllm_python = provision_model(args.model), venv_python("vllm")
+
+    with tempfile.TemporaryDirectory(prefix="coteam-bench-ratings-") as home:
+        os.environ["COTEAM_HOME"] = home  # its own database and adapter registry
+        db_path = Path(home) / "coteam.db"
+        if args.vllm_url:
+            client = PolicyClient(args.vllm_url)
+            client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
+            figures = experiment(client, model_path, db_path, args)
+        else:
+            config = ServerConfig(model=str(model_path), agents=AGENTS, python=vllm_python)
+            with VLLMServer(config) as server:
+                figures = experiment(PolicyClient(server.url), model_path, db_path, args)
+    print(
+        f"rater {figures['rater']}, N={figures['ratings']} ratings, {figures['steps']} step(s), "
+        f"{figures['held_out']} held-out prompts, {figures['seconds']} s\n"
+        f"  property  {100 * figures['property_before']:5.1f}% -> "
+        f"{100 * figures['property_after']:5.1f}%  (McNemar p = {figures['property_p']:.3f})\n"
+        f"  pass@1    {100 * figures['pass_before']:5.1f}% -> "
+        f"{100 * figures['pass_after']:5.1f}%  (McNemar p = {figures['pass_p']:.3f})"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
