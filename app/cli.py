@@ -333,25 +333,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _train_args(args: argparse.Namespace):
-    from learner.magrpo import MAGRPOConfig
-    from learner.train import TrainArgs
+    """The run's config: TrainArgs' defaults, changed by the flags that were given; validated."""
+    from dataclasses import replace
 
-    return TrainArgs(
+    from learner.train import TrainArgs
+    from learner.worker import with_overrides
+
+    base = TrainArgs()
+    gate = {"tasks": args.gate_tasks, "alpha": args.gate_alpha, "min_gain": args.gate_min_gain}
+    base = replace(
+        base, gate=replace(base.gate, **{k: v for k, v in gate.items() if v is not None})
+    )
+    return with_overrides(
+        base,
         task=args.task,
         steps=args.steps,
         agents=args.agents,
         turns=args.turns,
         task_limit=args.task_limit,
-        magrpo=MAGRPOConfig(
-            group_size=args.group_size,
-            tasks_per_step=args.tasks_per_step,
-            learning_rate=args.lr,
-            max_new_tokens=args.max_tokens,
-            scale_advantages_by_std=args.std_scale,
-            clip_eps=args.clip_eps,
-            kl_coef=args.kl_coef,
-            seed=args.seed,
-        ),
+        group_size=args.group_size,
+        tasks_per_step=args.tasks_per_step,
+        learning_rate=args.lr,
+        max_new_tokens=args.max_tokens,
+        scale_advantages_by_std=args.std_scale,
+        clip_eps=args.clip_eps,
+        kl_coef=args.kl_coef,
+        seed=args.seed,
     )
 
 
@@ -360,34 +367,26 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from agents.models import provision_model
     from learner.curves import plot_training_curve
-    from learner.promotion import decide, gate
-    from learner.registry import remove_unfinished_copies
-    from learner.train import steps_per_pass, train, training_tasks
-    from store import (
-        adapter_name,
-        fail_training_run,
-        finish_training_run,
-        open_db,
-        recover_interrupted,
-        start_training_run,
-        update_training_run,
-    )
+    from learner.run import execute_run, resume_run, start_run
+    from learner.train import steps_per_pass, training_tasks
+    from store import adapter_name
     from store.paths import coteam_home
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if not args.verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    train_args = _train_args(args)
-    remove_unfinished_copies()
-    with open_db(args.db) as db:
-        recover_interrupted(db)
-        run_id = start_training_run(db, "cli", config=train_args.to_json())
+    resume_from = None
+    if args.resume is not None:
+        run_id, train_args, resume_from = resume_run(args.db, args.resume)
+    else:
+        train_args = _train_args(args)
+        run_id = start_run(args.db, "cli", train_args)
     curve = coteam_home() / "runs" / "curves" / f"run-{run_id}.png"
     pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)
     with contextlib.ExitStack() as stack:
         client = _episode_policy(args, stack)
         base = provision_model(args.model)
-        bar = tqdm(total=args.steps, unit="step", desc=f"training run {run_id}")
+        bar = tqdm(total=train_args.steps, unit="step", desc=f"training run {run_id}")
         history = []
 
         def on_step(metrics: dict) -> None:
@@ -397,33 +396,23 @@ def cmd_train(args: argparse.Namespace) -> int:
             tqdm.write(
                 f"step {metrics['step']}: mean joint reward {metrics['reward_mean']:.3f} "
                 f"(best {metrics['reward_max']:.3f}, {metrics['step_s']:.0f} s)"
+                + ("" if metrics["updated"] else "; no signal, no update")
             )
             plot_training_curve(history, curve, f"training run {run_id}", pass_steps)
 
-        try:
-            outcome = train(train_args, client, base, args.db, run_id=run_id, on_step=on_step)
-        except BaseException as e:  # the run ends failed, not 'running' (SIGKILL is the one gap)
-            with open_db(args.db) as db:
-                fail_training_run(db, run_id, f"{type(e).__name__}: {e}")
-            raise
+        metrics = execute_run(
+            run_id, train_args, client, base, args.db, resume_from=resume_from, on_step=on_step,
+            run_gate=not args.no_gate, force_promote=args.force_promote,
+        )  # fmt: skip
         bar.close()
-        metrics = {"history": outcome["history"], "candidates": outcome["candidates"]}
-        candidates = outcome["candidates"]
-        if candidates and not args.no_gate:
-            print(f"promotion gate: candidates vs serving team on {args.gate_tasks} held-out tasks")
-            result = gate(
-                client, candidates, args.task, args.agents, args.db, limit=args.gate_tasks,
-                threshold=args.gate_threshold,
-            )  # fmt: skip
-            promoted = decide(client, candidates, result, args.db, force=args.force_promote)
-            print(
-                f"candidate {result.candidate_score:.3f} vs serving {result.active_score:.3f}: "
-                + ("promoted" if promoted else "rejected")
-            )
-            metrics |= {"gate": result.to_json(), "promoted": promoted}
-        with open_db(args.db) as db:
-            update_training_run(db, run_id, message="done")
-            finish_training_run(db, run_id, metrics=metrics)
+    if "gate" in metrics:
+        g = metrics["gate"]
+        print(
+            f"promotion gate on {g['tasks']} validation tasks: candidate {g['candidate_score']:.3f}"
+            f" vs serving {g['active_score']:.3f} (pass-rate drop p = {g['pass_drop_p']:.3f}): "
+            + ("promoted" if metrics["promoted"] else "rejected")
+        )
+    candidates = metrics.get("candidates") or {}
     versions = ", ".join(adapter_name(a, v) for a, v in candidates.items()) or "none"
     print(f"training run {run_id} done; candidates: {versions}; curve: {curve}")
     return 0
@@ -484,8 +473,6 @@ def cmd_learner(args: argparse.Namespace) -> int:
             args.db,
             _train_args(args),
             Schedule(args.every_ratings, args.every_minutes),
-            gate_tasks=args.gate_tasks,
-            gate_threshold=args.gate_threshold,
         )
         worker.start_schedule(poll_s=args.poll)
         print(f"learner waiting (every {args.every_ratings} ratings / {args.every_minutes} min)")
@@ -686,36 +673,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     def training_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--task", default="coding", choices=["coding", "summary", "expansion"])
-        p.add_argument("--steps", type=int, default=10, help="MAGRPO steps (default 10)")
-        p.add_argument(
-            "--group-size", type=int, default=4, help="G joint samples per task (default 4)"
-        )
-        p.add_argument("--tasks-per-step", type=int, default=2, help="tasks per step (default 2)")
-        p.add_argument(
-            "--agents", type=int, default=2, choices=range(2, 5), help="team size (default 2)"
-        )
-        p.add_argument("--turns", type=int, default=1, help="turns per episode (default 1)")
+        # no defaults here: an unset flag keeps learner.train.TrainArgs' default (one home)
+        p.add_argument("--task", choices=["coding", "summary", "expansion"])
+        p.add_argument("--steps", type=int, help="MAGRPO steps")
+        p.add_argument("--group-size", type=int, help="G joint samples per task")
+        p.add_argument("--tasks-per-step", type=int, help="tasks per step")
+        p.add_argument("--agents", type=int, choices=range(2, 5), help="team size")
+        p.add_argument("--turns", type=int, help="turns per episode (training: 1)")
         p.add_argument("--task-limit", type=int, help="cycle over the first N training tasks")
-        p.add_argument("--lr", type=float, default=1e-4, help="LoRA learning rate (default 1e-4)")
+        p.add_argument("--lr", type=float, help="LoRA learning rate")
+        p.add_argument("--max-tokens", type=int, help="new tokens per agent")
         p.add_argument(
-            "--max-tokens", type=int, default=192, help="new tokens per agent (default 192)"
+            "--std-scale", action="store_true", default=None, help="divide advantages by the std"
+        )
+        p.add_argument("--clip-eps", type=float, help="PPO-style ratio clip, e.g. 0.2")
+        p.add_argument("--kl-coef", type=float, help="KL penalty to the base")
+        p.add_argument("--seed", type=int)
+        p.add_argument("--gate-tasks", type=int, help="validation tasks the gate scores on")
+        p.add_argument(
+            "--gate-alpha", type=float, help="a pass-rate drop with p below this rejects"
         )
         p.add_argument(
-            "--std-scale", action="store_true", help="divide advantages by the group std"
-        )
-        p.add_argument(
-            "--clip-eps", type=float, help="PPO-style ratio clip, e.g. 0.2 (default off)"
-        )
-        p.add_argument(
-            "--kl-coef", type=float, default=0.0, help="KL penalty to the base (default 0)"
-        )
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument(
-            "--gate-tasks", type=int, default=8, help="held-out tasks the gate scores on"
-        )
-        p.add_argument(
-            "--gate-threshold", type=float, default=0.0, help="how much worse a candidate may be"
+            "--gate-min-gain",
+            type=float,
+            help="the joint-reward gain a candidate needs (negative: a tolerance, for trials)",
         )
         p.add_argument("--model", default=default_model, help=MODEL_HELP)
         p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
@@ -726,6 +707,9 @@ def build_parser() -> argparse.ArgumentParser:
     training_options(p)
     p.add_argument("--no-gate", action="store_true", help="leave the new versions as candidates")
     p.add_argument("--force-promote", action="store_true", help="promote even if the gate fails")
+    p.add_argument(
+        "--resume", type=int, metavar="RUN", help="continue stopped run RUN from its last step"
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("learner", help="train in the background on a schedule (new ratings, time)")

@@ -49,7 +49,7 @@ import os
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -63,7 +63,7 @@ import store
 from agents.feedback import parse_check, sandbox_check
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
-from agents.tasks import Task, abstract_tasks, humaneval_tasks, longform_tasks, xsum_tasks
+from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
 from learner.rewards import defines_with_return, score_episode
 from store.paths import default_db_path
@@ -72,13 +72,11 @@ log = logging.getLogger(__name__)
 
 BASELINES = ("single", "naive_concat", "sequential_pipeline", "one_round_discussion")
 SPLITS = {"heldout": "held_out", "held_out": "held_out", "train": "train", "all": "all"}
-# xsum and abstracts have no published split; their first 30 items are held out for evaluation.
-# longform's split is in its file (every fourth task held out).
-WRITING_HELD_OUT = 30
-WRITING_SETS: dict[str, Callable[[], list[Task]]] = {
-    "xsum": xsum_tasks,
-    "abstracts": abstract_tasks,
-    "longform": longform_tasks,
+# the evaluation's names for the writing sets -> the task sets of agents/tasks.py (splits there)
+WRITING_SETS: dict[str, TaskSet] = {
+    "xsum": "summary",
+    "abstracts": "expansion",
+    "longform": "longform",
 }
 BASE_VARIANT = "base"
 HEALTH_POLL_S = 5.0  # how often a group waiting for a restarted server asks /health
@@ -246,18 +244,9 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def eval_tasks(config: EvalConfig) -> list[Task]:
-    """The tasks of the run: HumanEval's fixed split for coding; longform's split in its file;
-    for the other writing sets, items 0-29 are held out, the rest are for training. The first
-    `limit` of them."""
-    if config.task == "coding":
-        tasks = humaneval_tasks(SPLITS[config.split])
-    elif config.writing_set == "longform":
-        tasks = longform_tasks(SPLITS[config.split])
-    else:
-        items = WRITING_SETS[config.writing_set]()
-        tasks = {"held_out": items[:WRITING_HELD_OUT], "train": items[WRITING_HELD_OUT:]}.get(
-            SPLITS[config.split], items
-        )
+    """The tasks of the run, from the one split of agents/tasks.py; the first `limit` of them."""
+    task_set = "coding" if config.task == "coding" else WRITING_SETS[config.writing_set]
+    tasks = split_tasks(task_set, SPLITS[config.split])
     return tasks[: config.limit] if config.limit else tasks
 
 

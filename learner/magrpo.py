@@ -15,7 +15,12 @@ Options, off by default as in the MAGRPO authors' library:
     ratio_t = exp(log π_i(a_t) − log π_old(a_t)),  term_t = min(ratio_t·A, clip(ratio_t, 1±ε)·A)
 - a KL penalty to the base model (the k3 estimator, LoRA disabled for the reference):
     kl_t = exp(ref_t − logp_t) − (ref_t − logp_t) − 1
-- multi-turn returns: G_t = r_t + γ · mean(returns of the children of this node).
+
+Less work per step, exactly the same loss: the samples of one group share their prompt, so the
+prompt is run once (its key/value cache, with gradient, repeated to the G branches) and the G
+completions follow in one batch (`group_logprobs`). A step whose advantages are all zero carries
+no signal: `update` then leaves the optimizer alone (Adam's momentum would still move the LoRA).
+Training is single-turn: `learner/train.py` refuses `turns > 1`.
 """
 
 from __future__ import annotations
@@ -47,9 +52,8 @@ class MAGRPOConfig:
     scale_advantages_by_std: bool = False  # Dr. GRPO: no std scaling
     clip_eps: float | None = None  # e.g. 0.2 for PPO-style clipping; None: plain policy gradient
     kl_coef: float = 0.0  # > 0: KL penalty to the base model
-    gamma: float = 0.9  # discount of multi-turn returns
     max_grad_norm: float = 1.0
-    micro_batch: int = 2  # samples per forward/backward pass; bounds the learner's memory
+    micro_batch: int = 2  # samples of different prompts per forward/backward; bounds memory
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -66,11 +70,9 @@ def group_advantages(
     return advantages
 
 
-def discounted_return(reward: float, child_returns: list[float], gamma: float) -> float:
-    """Return at a node of the multi-turn rollout tree: r_t + γ · mean(child returns)."""
-    if not child_returns:
-        return reward
-    return reward + gamma * sum(child_returns) / len(child_returns)
+def has_signal(advantages: torch.Tensor) -> bool:
+    """Whether a group's advantages can move the policy (some A^g is not zero)."""
+    return bool(advantages.abs().max() > 0) if advantages.numel() else False
 
 
 def policy_loss(
@@ -208,27 +210,89 @@ class AgentPolicies:
             )
         return result
 
+    def group_logprobs(
+        self, agent: int, prompt_ids: list[int], completions: list[list[int]], reference=False
+    ) -> list[torch.Tensor]:
+        """log π_agent of each completion of one prompt; the prompt is computed once.
+
+        The prompt's forward pass keeps its key/value cache (with gradient, so the LoRA on the
+        prompt positions is trained as in the per-sample pass); the cache is repeated to one row
+        per completion and the completions, right-padded, run as one batch at positions after
+        the prompt. Padding sits after each row's last real token, so causal attention never sees
+        it. Equal to `completion_logprobs` on the concatenated samples (test_magrpo.py).
+        """
+        self.model.set_adapter(self.adapter_name(agent))
+        for p in self.parameters(agent):
+            p.requires_grad_(True)
+        if reference:
+            with torch.no_grad(), self.model.disable_adapter():
+                return self._group_logprobs(prompt_ids, completions)
+        return self._group_logprobs(prompt_ids, completions)
+
+    def _group_logprobs(self, prompt_ids: list[int], completions: list[list[int]]):
+        n_rows, n_prompt = len(completions), len(prompt_ids)
+        prompt = torch.tensor([prompt_ids], device=self.device)
+        head = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(n_rows)
+        width = max(len(c) for c in completions)
+        input_ids = torch.zeros(n_rows, width, dtype=torch.long)
+        attention = torch.zeros(n_rows, n_prompt + width, dtype=torch.long)
+        attention[:, :n_prompt] = 1
+        for row, ids in enumerate(completions):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, n_prompt : n_prompt + len(ids)] = 1
+        positions = torch.arange(n_prompt, n_prompt + width).expand(n_rows, -1)
+        tail = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+        ).logits
+        # the prompt's last logits predict every completion's first token
+        logits = torch.cat([head.logits[:, -1:].expand(n_rows, -1, -1), tail[:, :-1]], dim=1)
+        result = []
+        for row, ids in enumerate(completions):
+            step_logits = logits[row, : len(ids)].float()
+            targets = torch.tensor(ids, device=self.device)
+            result.append(
+                torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu()
+            )
+        return result
+
     def update(
         self, agent: int, samples: list[Sample], advantages: torch.Tensor
     ) -> dict[str, float]:
-        """One policy-gradient step on `agent`'s LoRA from its G samples and the joint advantages.
+        """One policy-gradient step on `agent`'s LoRA from its samples and the joint advantages.
 
-        The loss is computed in micro-batches (gradients accumulate), so memory stays bounded
-        however many samples a step has; the step is the same as on one big batch.
+        Samples that share a prompt (a group) go through `group_logprobs`, one group per
+        forward/backward; the others are sorted by length into micro-batches of `micro_batch`.
+        Gradients accumulate, so the step is the same as on one big batch. When every advantage
+        is zero there is no signal: no zero_grad, backward or optimizer step happens (returns
+        `{"updated": False}`), so the LoRA and Adam's state stay exactly as they were.
         """
         c = self.config
+        if not samples or not has_signal(advantages):
+            return {"loss": 0.0, "grad_norm": 0.0, "updated": False}
         self.model.train()
         optimizer = self.optimizers[agent]
         optimizer.zero_grad()
         total = 0.0
-        for start in range(0, len(samples), c.micro_batch):
-            chunk = samples[start : start + c.micro_batch]
-            chunk_adv = advantages[start : start + c.micro_batch]
-            logprobs = self.completion_logprobs(agent, chunk)
+        for indices in _batches(samples, c.micro_batch):
+            chunk = [samples[i] for i in indices]
+            chunk_adv = advantages[indices]
+            if len({tuple(s.prompt_ids) for s in chunk}) == 1 and len(chunk) > 1:
+                completions = [s.completion_ids for s in chunk]
+                logprobs = self.group_logprobs(agent, chunk[0].prompt_ids, completions)
+                ref = None
+                if c.kl_coef:
+                    ref = self.group_logprobs(agent, chunk[0].prompt_ids, completions, True)
+            else:
+                logprobs = self.completion_logprobs(agent, chunk)
+                ref = self.completion_logprobs(agent, chunk, reference=True) if c.kl_coef else None
             old = None
             if c.clip_eps is not None and all(s.sampling_logprobs for s in chunk):
                 old = [torch.tensor(s.sampling_logprobs[: len(s.completion_ids)]) for s in chunk]
-            ref = self.completion_logprobs(agent, chunk, reference=True) if c.kl_coef else None
             # policy_loss is a mean over its samples: weight each chunk by its share of the batch
             loss = policy_loss(logprobs, chunk_adv, old, c.clip_eps, ref, c.kl_coef)
             loss = loss * len(chunk) / len(samples)
@@ -236,7 +300,18 @@ class AgentPolicies:
             total += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(agent), c.max_grad_norm)
         optimizer.step()
-        return {"loss": total, "grad_norm": grad_norm.item()}
+        return {"loss": total, "grad_norm": grad_norm.item(), "updated": True}
+
+    def save_optimizers(self, folder: Path) -> None:
+        """Each agent's optimizer state (Adam's moments and step) to `folder`, to resume."""
+        for agent, optimizer in self.optimizers.items():
+            torch.save(optimizer.state_dict(), Path(folder) / f"optimizer-agent{agent}.pt")
+
+    def load_optimizers(self, folder: Path) -> None:
+        """The optimizer states `save_optimizers` wrote (the adapters come via `start_from`)."""
+        for agent, optimizer in self.optimizers.items():
+            path = Path(folder) / f"optimizer-agent{agent}.pt"
+            optimizer.load_state_dict(torch.load(path, map_location=self.device))
 
     def save(self, agent: int, dest: Path, metadata: dict | None = None) -> Path:
         """Write agent's adapter to `dest` atomically (temp folder, then rename); never overwrite."""
@@ -255,3 +330,18 @@ class AgentPolicies:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
+
+
+def _batches(samples: list[Sample], micro_batch: int) -> list[list[int]]:
+    """Indices of `samples` in forward/backward batches: each group of samples sharing a prompt
+    is one batch (its prompt computed once); the rest, sorted by length so a batch pads little,
+    in batches of `micro_batch`."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    groups = [ids for ids in by_prompt.values() if len(ids) > 1]
+    single = sorted(
+        (ids[0] for ids in by_prompt.values() if len(ids) == 1),
+        key=lambda i: len(samples[i].prompt_ids) + len(samples[i].completion_ids),
+    )
+    return groups + [single[k : k + micro_batch] for k in range(0, len(single), micro_batch)]

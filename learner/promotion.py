@@ -1,84 +1,205 @@
 """The promotion gate: a candidate team (new adapter versions) is compared with the serving team on
-a held-out slice and promoted only if it is not worse by more than a threshold.
+the gate's own validation split and promoted only when it is better.
 
-Both teams run the `parallel` shape greedily on the same held-out tasks (HumanEval 0–31 for code,
-the first XSum / abstract items for writing); the score is the mean joint reward. Promotion then
-goes through the registry's hot-swap (learner/registry.py).
+Both teams run the `parallel` shape greedily on the same validation tasks (agents/tasks.py: never
+the tasks the evaluation calls held out, never trained on), concurrently; each task gives a pair
+(candidate, serving) of joint rewards, scored with the training run's own reward weights. The
+candidate passes when its joint reward is higher — the mean paired difference is above `min_gain`
+(0 by default) and a one-sided Wilcoxon signed-rank test on the differences gives p < `reward_alpha` (a tie, or
+the timing noise of a candidate that changed nothing, fails) — and, on coding tasks, its pass
+rate is not significantly lower: an exact one-sided sign test (McNemar's) on the tasks where
+exactly one team passed, p >= `alpha`. Promotion then goes through the registry's hot-swap (learner/registry.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from scipy import stats
 
 import store
 from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
-from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
+from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, run_episode
 from learner.registry import adapter_name, load_version, promote, serving_adapters
-from learner.rewards import score_episode
+from learner.rewards import RewardWeights, SpeedBudget, score_episode
+
+
+@dataclass
+class GateSettings:
+    """How the gate decides."""
+
+    tasks: int = 32  # validation tasks (the first N of the split)
+    # the candidate's mean joint reward must beat the serving one's by more than this; a
+    # negative value is a tolerance (the reward may be that much lower, no significance asked):
+    # for trying the loop end to end, never for deciding
+    min_gain: float = 0.0
+    reward_alpha: float = 0.1  # the reward gain must have one-sided p below this
+    alpha: float = 0.05  # a pass-rate drop with one-sided p below this rejects the candidate
+    max_tokens: int = 256
+    concurrency: int = 4  # episodes in flight at once (both teams together)
+
+    def check(self) -> None:
+        if self.tasks < 1:
+            raise ValueError(f"gate.tasks must be at least 1, not {self.tasks}")
+        for name in ("alpha", "reward_alpha"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"gate.{name} must be between 0 and 1, not {getattr(self, name)}")
+        if self.concurrency < 1 or self.max_tokens < 1:
+            raise ValueError("gate.concurrency and gate.max_tokens must be at least 1")
 
 
 @dataclass
 class GateResult:
-    candidate_score: float
-    active_score: float
-    threshold: float
-    tasks: int
+    """The paired outcome on the validation tasks and the decision it implies."""
+
+    candidate_rewards: list[float]
+    active_rewards: list[float]
+    candidate_passed: list[bool | None]  # None: a writing task, no tests
+    active_passed: list[bool | None]
+    settings: GateSettings = field(default_factory=GateSettings)
+
+    @property
+    def tasks(self) -> int:
+        return len(self.candidate_rewards)
+
+    @property
+    def candidate_score(self) -> float:
+        return _mean(self.candidate_rewards)
+
+    @property
+    def active_score(self) -> float:
+        return _mean(self.active_rewards)
+
+    @property
+    def reward_gain(self) -> float:
+        """Mean of the per-task differences candidate − serving."""
+        diffs = [c - a for c, a in zip(self.candidate_rewards, self.active_rewards, strict=True)]
+        return _mean(diffs)
+
+    @property
+    def reward_gain_p(self) -> float:
+        """One-sided p-value of the reward gain (Wilcoxon signed-rank on the paired differences,
+        ties dropped); 1.0 when every pair ties."""
+        diffs = [c - a for c, a in zip(self.candidate_rewards, self.active_rewards, strict=True)]
+        if not any(abs(d) > 1e-12 for d in diffs):
+            return 1.0
+        return float(stats.wilcoxon(diffs, zero_method="wilcox", alternative="greater").pvalue)
+
+    @property
+    def pass_drop_p(self) -> float:
+        """One-sided p-value that the candidate passes fewer tasks (exact sign test on the tasks
+        where the two teams disagree); 1.0 when they never disagree or nothing is tested."""
+        pairs = [
+            (c, a)
+            for c, a in zip(self.candidate_passed, self.active_passed, strict=True)
+            if c is not None and a is not None and c != a
+        ]
+        if not pairs:
+            return 1.0
+        worse = sum(1 for c, _ in pairs if not c)
+        return float(stats.binomtest(worse, len(pairs), 0.5, alternative="greater").pvalue)
 
     @property
     def passed(self) -> bool:
-        return self.candidate_score >= self.active_score - self.threshold
+        s = self.settings
+        significant = s.min_gain < 0 or self.reward_gain_p < s.reward_alpha
+        return self.reward_gain > s.min_gain and significant and self.pass_drop_p >= s.alpha
 
     def to_json(self) -> dict:
-        return {**self.__dict__, "passed": self.passed}
+        tested = [c for c in self.candidate_passed if c is not None]
+        serving = [a for a in self.active_passed if a is not None]
+        return {
+            "tasks": self.tasks,
+            "candidate_score": self.candidate_score,
+            "active_score": self.active_score,
+            "reward_gain": self.reward_gain,
+            "candidate_pass_rate": _mean(tested) if tested else None,
+            "active_pass_rate": _mean(serving) if serving else None,
+            "reward_gain_p": self.reward_gain_p,
+            "pass_drop_p": self.pass_drop_p,
+            "settings": asdict(self.settings),
+            "passed": self.passed,
+        }
 
 
-def held_out_tasks(task: str, limit: int) -> list[Task]:
-    """The held-out slice the gate scores on (never used for training)."""
-    source = {
-        "coding": lambda: humaneval_tasks("held_out"),
-        "summary": lambda: xsum_tasks()[:30],
-        "expansion": lambda: abstract_tasks()[:30],
-    }[task]
-    return source()[:limit]
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
 
 
-def team_score(
+def validation_tasks(task_set: TaskSet, limit: int) -> list[Task]:
+    """The gate's own tasks: the validation split (agents/tasks.py), the first `limit`."""
+    return split_tasks(task_set, "validation")[:limit]
+
+
+def paired_scores(
     client: PolicyClient,
-    adapters: list[str | None],
+    teams: tuple[list[str | None], list[str | None]],
     tasks: list[Task],
     db_path: str | Path | None,
-    max_tokens: int = 256,
-) -> float:
-    """Mean joint reward of the parallel team with these adapters, greedy, over `tasks`."""
-    rewards = []
-    for task in tasks:
+    settings: GateSettings,
+    weights: RewardWeights,
+    budget: SpeedBudget,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> GateResult:
+    """Run both teams greedily on every task, `settings.concurrency` episodes at a time, and
+    score each episode with the run's own weights; `on_progress(done, total)` after each."""
+    total, done, lock = 2 * len(tasks), 0, threading.Lock()
+
+    def one(job: tuple[int, int]) -> tuple[float, bool | None]:
+        nonlocal done
+        team, index = job
+        task = tasks[index]
         result = run_episode(
             task,
             client,
             shape="parallel",
-            agents=len(adapters),
-            adapters=adapters,
-            sampling=replace(GREEDY, max_tokens=max_tokens),
+            agents=len(teams[team]),
+            adapters=teams[team],
+            sampling=replace(GREEDY, max_tokens=settings.max_tokens),
             db=db_path,
             **({"checker": sandbox_check} if task.kind == "coding" else {}),
         )
-        rewards.append(score_episode(result, db=db_path).reward)
-    return sum(rewards) / len(rewards)
+        reward = score_episode(result, weights, budget, db=db_path).reward
+        with lock:
+            done += 1
+            if on_progress:
+                on_progress(done, total)
+        return reward, (bool(result.success) if task.kind == "coding" else None)
+
+    jobs = [(team, index) for index in range(len(tasks)) for team in (0, 1)]
+    with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
+        outcomes = dict(zip(jobs, pool.map(one, jobs), strict=True))
+    per_team = [[outcomes[(team, i)] for i in range(len(tasks))] for team in (0, 1)]
+    return GateResult(
+        candidate_rewards=[r for r, _ in per_team[0]],
+        active_rewards=[r for r, _ in per_team[1]],
+        candidate_passed=[p for _, p in per_team[0]],
+        active_passed=[p for _, p in per_team[1]],
+        settings=settings,
+    )
 
 
 def gate(
     client: PolicyClient,
     candidates: dict[int, int],
-    task: str,
+    task_set: TaskSet,
     agents: int,
     db_path: str | Path | None = None,
-    limit: int = 8,
-    threshold: float = 0.0,
+    settings: GateSettings | None = None,
+    weights: RewardWeights | None = None,
+    budget: SpeedBudget | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> GateResult:
-    """Score the candidate versions against the serving team on `limit` held-out tasks."""
+    """Score the candidate versions against the serving team on the validation split."""
+    settings = settings or GateSettings()
+    settings.check()
     with store.open_db(db_path) as db:
         active = serving_adapters(db, agents)
         rows = {agent: store.get_adapter(db, agent, v) for agent, v in candidates.items()}
@@ -87,12 +208,15 @@ def gate(
     candidate = [
         adapter_name(i, candidates[i]) if i in candidates else active[i] for i in range(agents)
     ]
-    tasks = held_out_tasks(task, limit)
-    return GateResult(
-        candidate_score=team_score(client, candidate, tasks, db_path),
-        active_score=team_score(client, active, tasks, db_path),
-        threshold=threshold,
-        tasks=len(tasks),
+    return paired_scores(
+        client,
+        (candidate, active),
+        validation_tasks(task_set, settings.tasks),
+        db_path,
+        settings,
+        weights or RewardWeights(),
+        budget or SpeedBudget(),
+        on_progress,
     )
 
 

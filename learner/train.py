@@ -1,11 +1,12 @@
 """One MAGRPO training run of the `parallel` team, end to end:
 
     for each step:
-        for each task of the step: the team acts G times through vLLM with the current adapters
-            (every agent samples on its own observation), the sandbox and the reward functions
-            score each joint output, A^g = R^g − mean(R)
+        the tasks of the step, concurrently: the team acts G times through vLLM with the current
+            adapters (every agent samples on its own observation), the sandbox and the reward
+            functions score each joint output, A^g = R^g − mean(R); a group whose rewards are
+            all equal carries no signal and is left out
         for each agent: one policy-gradient step on its own LoRA with its own tokens and the
-            joint advantages (learner/magrpo.py)
+            joint advantages (learner/magrpo.py); no step at all when no group is left
         the new adapters go to the server under new names, so the next step samples on-policy
     at the end: each agent's adapter becomes a candidate version in the registry
 
@@ -15,7 +16,9 @@ returns); only the update runs in this process (transformers + PEFT, CPU or GPU)
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import logging
 import math
 import random
@@ -23,18 +26,21 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import get_args
 
 import torch
 
 import store
 from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
-from agents.tasks import Task, abstract_tasks, humaneval_tasks, xsum_tasks
+from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import Sampling, run_group
-from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages
+from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages, has_signal
 from learner.preference import PreferenceModel, load_preference_model
+from learner.promotion import GateSettings
 from learner.registry import adapter_name, publish_candidate, serving_adapters
 from learner.rewards import RewardWeights, SpeedBudget, score_episode
 from store.paths import coteam_home, default_db_path
@@ -48,32 +54,71 @@ class Cancelled(Exception):
 
 @dataclass
 class TrainArgs:
-    """A training run: what to train on and how; `magrpo` holds the update's knobs."""
+    """The one config of a training run (CleanRL's `Args` up front): what to train on, the
+    update's knobs (`magrpo`), the reward's weights and budgets, and the promotion gate's
+    settings. The admin form and `coteam train` start from these defaults; `check()` validates."""
 
-    task: str = "coding"  # coding | summary | expansion
+    task: TaskSet = "coding"  # coding | summary | expansion (agents/tasks.py)
     steps: int = 10
     agents: int = 2
-    turns: int = 1
+    turns: int = 1  # training is single-turn: the update trains each agent's one call
     task_limit: int | None = None  # cycle over the first N training tasks (None: all of them)
     magrpo: MAGRPOConfig = field(default_factory=MAGRPOConfig)
     weights: RewardWeights = field(default_factory=RewardWeights)
     budget: SpeedBudget = field(default_factory=SpeedBudget)
+    gate: GateSettings = field(default_factory=GateSettings)
     publish: bool = True  # register the final adapters as candidate versions
 
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict) -> TrainArgs:
+        """The config `to_json` wrote (a stored run's), validated."""
+        data = dict(data)
+        magrpo = dict(data.pop("magrpo", {}))
+        if "target_modules" in magrpo:
+            magrpo["target_modules"] = tuple(magrpo["target_modules"])
+        args = cls(
+            **data
+            | {
+                "magrpo": MAGRPOConfig(**magrpo),
+                "weights": RewardWeights(**data.get("weights", {})),
+                "budget": SpeedBudget(**data.get("budget", {})),
+                "gate": GateSettings(**data.get("gate", {})),
+            }
+        )
+        args.check()
+        return args
+
+    def check(self) -> None:
+        """Refuse a run the learner cannot do, before any model is loaded; the message says why."""
+        c = self.magrpo
+        if self.task not in get_args(TaskSet):
+            raise ValueError(f"unknown task {self.task!r}: coding, summary or expansion")
+        if self.steps < 1:
+            raise ValueError(f"a run needs at least 1 step, not {self.steps}")
+        if not 2 <= self.agents <= 4:
+            raise ValueError(f"a team has 2 to 4 agents, not {self.agents}")
+        if c.group_size < 2:
+            raise ValueError("MAGRPO needs a group of at least 2 samples per task")
+        if self.turns != 1:
+            raise ValueError(
+                f"training runs single-turn episodes only (got turns={self.turns}): the update "
+                "trains each agent's one call with the joint reward; use --turns 1"
+            )
+        if c.tasks_per_step < 1 or c.micro_batch < 1 or c.max_new_tokens < 1:
+            raise ValueError("tasks_per_step, micro_batch and max_new_tokens must be at least 1")
+        if not c.learning_rate > 0:
+            raise ValueError(f"the learning rate must be positive, not {c.learning_rate}")
+        if self.task_limit is not None and self.task_limit < 1:
+            raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")
+        self.gate.check()
+
 
 def training_tasks(args: TrainArgs) -> list[Task]:
-    """The training split: HumanEval 32–163 for coding; XSum or the abstracts for writing."""
-    if args.task == "coding":
-        tasks = humaneval_tasks("train")
-    elif args.task == "summary":
-        tasks = xsum_tasks()[30:]  # the first 30 are the held-out writing set
-    elif args.task == "expansion":
-        tasks = abstract_tasks()[30:]
-    else:
-        raise ValueError(f"unknown task {args.task!r}: coding, summary or expansion")
+    """The training split of the run's task set (agents/tasks.py), the first `task_limit`."""
+    tasks = split_tasks(args.task, "train")
     return tasks[: args.task_limit] if args.task_limit else tasks
 
 
@@ -98,19 +143,30 @@ def train(
     *,
     run_id: int | None = None,
     on_step: Callable[[dict], None] | None = None,
+    resume_from: Path | None = None,
 ) -> dict:
     """Run `args.steps` MAGRPO steps; return the run's metrics (and candidate versions).
 
-    With `run_id`, progress and metrics go to that training run in the store as it trains, and a
-    run whose state turns 'cancelled' stops at the next step boundary (raising Cancelled).
+    With `run_id`, progress and metrics go to that training run in the store as it trains, a
+    checkpoint (adapters, optimizer state, task order, history) is kept after every step in
+    `checkpoint_folder(run_id)`, and a run whose state turns 'cancelled' stops at the next step
+    boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a stopped run
+    from its last completed step.
     """
     cfg = args.magrpo
-    if cfg.group_size < 2:
-        raise ValueError("MAGRPO needs a group of at least 2 samples per task")
+    args.check()
     random.seed(cfg.seed)
     tasks = training_tasks(args)
     random.shuffle(tasks)
+    resumed = read_checkpoint(resume_from) if resume_from else None
+    first_step = 1
+    if resumed:
+        by_id = {t.source_id: t for t in tasks}
+        tasks = [by_id[i] for i in resumed["task_order"]]
+        first_step = resumed["step"] + 1
     task_stream = itertools.cycle(tasks)
+    for _ in range((first_step - 1) * cfg.tasks_per_step):  # the tasks the steps done drew
+        next(task_stream)
     db_path = db_path or default_db_path()
     # a unique name: a server shared with other databases may know "run-1" already
     scratch = coteam_home() / "runs" / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
@@ -118,6 +174,8 @@ def train(
         start_names = serving_adapters(db, args.agents)
         active = store.active_adapters(db)
     start_from = {agent: row["path"] for agent, row in active.items() if agent < args.agents}
+    if resumed:
+        start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
     log.info("loading %s with %d LoRA adapters for training", base_model, args.agents)
     policies = AgentPolicies(str(base_model), args.agents, cfg, start_from)
     sampling = Sampling(
@@ -126,58 +184,70 @@ def train(
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
     preference = _preference_model(args, db_path)
     ratings_learnt = len(preference.rating_ids) if preference else 0
-    history: list[dict] = []
+    history: list[dict] = resumed["history"] if resumed else []
+    checkpoint = checkpoint_folder(run_id) if run_id is not None else None
     try:
-        for step in range(1, args.steps + 1):
+        if resumed:
+            policies.load_optimizers(resume_from)
+            names = _serve_step(client, policies, scratch, first_step - 1, names, start_names)
+        for step in range(first_step, args.steps + 1):
             t0 = time.perf_counter()
             rewards, per_agent = [], {agent: ([], []) for agent in range(args.agents)}
-            for task in (next(task_stream) for _ in range(cfg.tasks_per_step)):
-                results = run_group(
-                    task,
-                    client,
-                    cfg.group_size,
-                    db=db_path,
+            step_tasks = [next(task_stream) for _ in range(cfg.tasks_per_step)]
+            with ThreadPoolExecutor(max_workers=len(step_tasks)) as pool:
+                rollout = functools.partial(
+                    _rollout,
+                    client=client,
+                    preference=preference,
+                    args=args,
+                    names=names,
                     sampling=sampling,
-                    shape="parallel",
-                    agents=args.agents,
-                    turns=args.turns,
-                    adapters=names,
-                    **({"checker": sandbox_check} if task.kind == "coding" else {}),
+                    db_path=db_path,
                 )
-                # the people's verdict on these fresh samples, blended into R by score_episode
-                liked = (
-                    preference.preference_score([r.output or "" for r in results]).tolist()
-                    if preference is not None
-                    else [None] * len(results)
-                )
-                scores = [
-                    score_episode(r, args.weights, args.budget, human_rating=p, db=db_path)
-                    for r, p in zip(results, liked, strict=True)
-                ]
-                group = torch.tensor([s.reward for s in scores])
-                advantages = group_advantages(group, cfg.scale_advantages_by_std)
+                groups = list(pool.map(rollout, step_tasks))
+            skipped = 0
+            for results, group in groups:
                 rewards.extend(group.tolist())
+                advantages = group_advantages(group, cfg.scale_advantages_by_std)
+                if not has_signal(advantages):  # all equal: nothing to learn from this task
+                    skipped += 1
+                    continue
                 for agent in range(args.agents):
                     per_agent[agent][0].extend(agent_samples(results, agent))
                     per_agent[agent][1].append(advantages)
             rollout_s = time.perf_counter() - t0
-            losses = {}
+            losses, updated = {}, False
             for agent, (samples, advantages) in per_agent.items():
+                if not samples:
+                    continue
                 stats = policies.update(agent, samples, torch.cat(advantages))
                 losses[f"loss_agent{agent}"] = stats["loss"]
-            names = _serve_step(client, policies, scratch, step, names, start_names)
+                updated = updated or stats["updated"]
+            if updated:  # else the adapters are unchanged: keep serving the ones we have
+                names = _serve_step(client, policies, scratch, step, names, start_names)
+            update_s = time.perf_counter() - t0 - rollout_s
             metrics = {
                 "step": step,
                 "reward_mean": sum(rewards) / len(rewards),
                 "reward_max": max(rewards),
                 "rollout_s": round(rollout_s, 1),
+                "update_s": round(update_s, 1),
                 "step_s": round(time.perf_counter() - t0, 1),
                 "samples": len(rewards),
                 "ratings_learnt": ratings_learnt,
+                "groups_without_signal": skipped,
+                "updated": updated,  # False: no group had signal, no optimizer step was taken
                 **losses,
             }
             history.append(metrics)
-            log.info("step %d: mean reward %.3f", step, metrics["reward_mean"])
+            if checkpoint is not None:
+                write_checkpoint(policies, checkpoint, step, history, tasks)
+            log.info(
+                "step %d: mean reward %.3f%s",
+                step,
+                metrics["reward_mean"],
+                "" if updated else " (no signal: no update)",
+            )
             if on_step:
                 on_step(metrics)
             if run_id is not None:
@@ -205,6 +275,65 @@ def train(
             if name:
                 client.unload_adapter(name)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference=None):
+    """One task's group: G joint samples, each scored (the people's preference model's verdict
+    blended in by score_episode) and its reward recorded; returns the results and rewards."""
+    results = run_group(
+        task,
+        client,
+        args.magrpo.group_size,
+        db=db_path,
+        sampling=sampling,
+        shape="parallel",
+        agents=args.agents,
+        turns=args.turns,
+        adapters=names,
+        **({"checker": sandbox_check} if task.kind == "coding" else {}),
+    )
+    liked = (
+        preference.preference_score([r.output or "" for r in results]).tolist()
+        if preference is not None
+        else [None] * len(results)
+    )
+    scores = [
+        score_episode(r, args.weights, args.budget, human_rating=p, db=db_path)
+        for r, p in zip(results, liked, strict=True)
+    ]
+    return results, torch.tensor([s.reward for s in scores])
+
+
+def checkpoint_folder(run_id: int) -> Path:
+    """Where a run keeps its last completed step (for `coteam train --resume RUN`)."""
+    return coteam_home() / "runs" / f"run-{run_id}" / "checkpoint"
+
+
+def write_checkpoint(policies: AgentPolicies, folder: Path, step: int, history, tasks) -> None:
+    """Replace `folder` with this step's state: each agent's adapter and optimizer state, the
+    task order and the history; written beside it first, so a kill leaves the last one whole."""
+    tmp = folder.with_name(folder.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for agent in range(policies.n_agents):
+        policies.save(agent, tmp / f"agent{agent}")
+    policies.save_optimizers(tmp)
+    state = {"step": step, "history": history, "task_order": [t.source_id for t in tasks]}
+    (tmp / "state.json").write_text(json.dumps(state))
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_checkpoint(folder: Path) -> dict:
+    """The state `write_checkpoint` kept; a clear error when there is none."""
+    path = Path(folder) / "state.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint in {folder}: the run completed no step to resume")
+    return json.loads(path.read_text())
 
 
 def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:
@@ -255,7 +384,8 @@ def _publish(
     candidates = {}
     with store.open_db(db_path) as db:
         for agent in range(policies.n_agents):
-            folder = scratch / f"step{final}" / f"agent{agent}"
+            # the adapter as it is now (the last step may have had no signal, so no step folder)
+            folder = policies.save(agent, scratch / "final" / f"agent{agent}")
             parent = active[agent]["version"] if agent in active else None
             row = publish_candidate(
                 db,

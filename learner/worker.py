@@ -2,23 +2,23 @@
 minutes; one run at a time (the store enforces it); progress and metrics go to the store as it
 trains; a run can be cancelled; a run a crash interrupted is marked so at the next start.
 
-After training, the promotion gate compares the candidates with the serving team and promotes
-them (hot-swap) or rejects them. Used inside `coteam serve` (the admin tab) and by `coteam learner`.
+A run's life (train, gate, promote or reject, finish or fail) is learner/run.py's, the same as
+`coteam train`'s. Used inside `coteam serve` (the admin tab) and by `coteam learner`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import store
 from agents.policy import PolicyClient
-from learner.promotion import decide, gate
 from learner.registry import remove_unfinished_copies
-from learner.train import Cancelled, TrainArgs, train
+from learner.run import execute_run, start_run
+from learner.train import TrainArgs
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,6 @@ class LearnerWorker:
     db_path: str | Path | None = None
     args: TrainArgs = field(default_factory=TrainArgs)
     schedule: Schedule = field(default_factory=Schedule)
-    gate_tasks: int = 8
-    gate_threshold: float = 0.0
 
     def __post_init__(self) -> None:
         self._thread: threading.Thread | None = None
@@ -56,8 +54,7 @@ class LearnerWorker:
     def request(self, trigger: str = "admin", args: TrainArgs | None = None) -> int:
         """Start a run now, in the background; return its id. Raises TrainingRunBusy."""
         args = args or self.args
-        with store.open_db(self.db_path) as db:
-            run_id = store.start_training_run(db, trigger, config=args.to_json())
+        run_id = start_run(self.db_path, trigger, args)
         self._thread = threading.Thread(
             target=self._run, args=(run_id, args), name=f"training-run-{run_id}", daemon=True
         )
@@ -69,43 +66,14 @@ class LearnerWorker:
         with store.open_db(self.db_path) as db:
             return store.cancel_training_run(db, run_id, "cancelled by the admin")
 
-    def _cancelled(self, run_id: int) -> bool:
-        with store.open_db(self.db_path) as db:
-            return store.get_training_run(db, run_id)["state"] == "cancelled"
-
     def wait(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
 
     def _run(self, run_id: int, args: TrainArgs) -> None:
-        try:
-            outcome = train(args, self.client, self.base_model, self.db_path, run_id=run_id)
-            metrics = {"history": outcome["history"], "candidates": outcome["candidates"]}
-            if outcome["candidates"]:
-                result = gate(
-                    self.client,
-                    outcome["candidates"],
-                    args.task,
-                    args.agents,
-                    self.db_path,
-                    limit=self.gate_tasks,
-                    threshold=self.gate_threshold,
-                )
-                if self._cancelled(run_id):  # during the gate: promote nothing
-                    with store.open_db(self.db_path) as db:
-                        for agent, version in outcome["candidates"].items():
-                            store.reject_adapter(db, agent, version)
-                    raise Cancelled(f"training run {run_id} was cancelled during the gate")
-                promoted = decide(self.client, outcome["candidates"], result, self.db_path)
-                metrics |= {"gate": result.to_json(), "promoted": promoted}
-            with store.open_db(self.db_path) as db:
-                store.finish_training_run(db, run_id, metrics=metrics)
-        except Cancelled:
-            log.info("training run %d cancelled", run_id)
-        except Exception as e:
-            log.exception("training run %d failed", run_id)
-            with store.open_db(self.db_path) as db:
-                store.fail_training_run(db, run_id, f"{e}\n{traceback.format_exc(limit=5)}")
+        # a failure is recorded as the run's error by execute_run; the thread just ends
+        with contextlib.suppress(Exception):
+            execute_run(run_id, args, self.client, self.base_model, self.db_path)
 
     # -- schedule ---------------------------------------------------------------------------
     def start_schedule(self, poll_s: float = 30.0) -> None:
@@ -151,4 +119,6 @@ def with_overrides(args: TrainArgs, **changes) -> TrainArgs:
     """A copy of `args` with some fields (or `magrpo` fields) changed."""
     magrpo = {k: v for k, v in changes.items() if hasattr(args.magrpo, k) and v is not None}
     own = {k: v for k, v in changes.items() if hasattr(args, k) and v is not None}
-    return replace(args, **own, magrpo=replace(args.magrpo, **magrpo))
+    changed = replace(args, **own, magrpo=replace(args.magrpo, **magrpo))
+    changed.check()
+    return changed

@@ -293,7 +293,7 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page):
     for elem_id, value in [
         ("admin-steps", 1), ("admin-group-size", 2), ("admin-tasks-per-step", 1),
         ("admin-train-tokens", 64), ("admin-task-limit", 1), ("admin-gate-tasks", 1),
-        ("admin-gate-threshold", 1),  # a candidate may be this much worse: it is promoted
+        ("admin-gate-threshold", 1),  # the reward may be this much lower: it is promoted
     ]:  # fmt: skip
         set_number(page, elem_id, value)
     page.locator("#admin-retrain").click()

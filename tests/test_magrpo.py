@@ -10,8 +10,8 @@ from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
     Sample,
-    discounted_return,
     group_advantages,
+    has_signal,
     policy_loss,
 )
 from learner.train import steps_per_pass
@@ -61,9 +61,60 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_elsewhere():
     )
 
 
-def test_discounted_return():
-    assert discounted_return(1.0, [2.0, 4.0], gamma=0.5) == 2.5
-    assert discounted_return(1.0, [], gamma=0.5) == 1.0
+def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves_nothing(
+    model_path,
+):
+    """Real model: the shared-prompt pass (prompt once, KV cache repeated to the G branches)
+    gives each sample's log-probs to 1e-5, and its gradients match; a step whose advantages are
+    all zero leaves every LoRA weight and the optimizer state bit-identical."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"))
+    policies = AgentPolicies(str(model_path), n_agents=1, config=config)
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write a function that adds two numbers."}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    prompt = tokenizer.encode(chat, add_special_tokens=False)
+    words = ("def add(a, b):\n    return a + b", "Sure.", "lambda a, b: a + b  # short and sweet")
+    completions = [tokenizer.encode(w) for w in words]
+    samples = [Sample(prompt, c) for c in completions]
+    # a trained-looking adapter: LoRA B is zero at the start, which would hide a wrong prompt pass
+    with torch.no_grad():
+        for p in policies.parameters(0):
+            p.normal_(0, 0.02)
+
+    def grads(logprobs):
+        for p in policies.parameters(0):
+            p.grad = None
+        torch.stack([lp.sum() for lp in logprobs]).sum().backward()
+        return [p.grad.clone() for p in policies.parameters(0)]
+
+    shared = policies.group_logprobs(0, prompt, completions)
+    alone = [policies.completion_logprobs(0, [s])[0] for s in samples]
+    for a, b in zip(shared, alone, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
+    for a, b in zip(grads(shared), grads(alone), strict=True):
+        assert (a - b).norm() <= 1e-3 * b.norm(), ((a - b).norm(), b.norm())
+
+    policies.update(0, samples, torch.tensor([1.0, -0.5, -0.5]))  # Adam now has momentum
+    before = [p.detach().clone() for p in policies.parameters(0)]
+    state = [v.clone() for s in policies.optimizers[0].state.values() for v in s.values()]
+    stats = policies.update(0, samples, group_advantages(torch.tensor([0.3, 0.3, 0.3])))
+    assert stats["updated"] is False
+    after = policies.parameters(0)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    moved = [v for s in policies.optimizers[0].state.values() for v in s.values()]
+    assert len(state) == len(moved) > 0
+    assert all(torch.equal(a, b) for a, b in zip(state, moved, strict=True))
+
+
+def test_no_signal_is_detected():
+    assert not has_signal(group_advantages(torch.tensor([0.5, 0.5, 0.5, 0.5])))
+    assert has_signal(group_advantages(torch.tensor([0.5, 0.5, 0.5, 0.6])))
+    assert not has_signal(torch.tensor([]))
 
 
 @pytest.mark.integration
@@ -120,3 +171,26 @@ def test_training_curve_is_a_png_with_or_without_passes(tmp_path):
     for pass_steps in (None, 4, 5):  # 5: fewer than two passes, the moving mean instead
         path = plot_training_curve(history, tmp_path / f"curve-{pass_steps}.png", "t", pass_steps)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_checkpoint_resumes_the_adapter_and_its_optimizer_exactly(model_path, tmp_path):
+    """What `coteam train --resume` relies on: a new AgentPolicies built from a step's checkpoint
+    takes the next step exactly as the one that kept running (Adam's moments included)."""
+    from learner.train import read_checkpoint, write_checkpoint
+
+    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"))
+    running = AgentPolicies(str(model_path), n_agents=1, config=config)
+    samples = [Sample([9707, 11, 1879, 0], [5, 6]), Sample([9707, 11, 1879, 0], [7, 8, 9])]
+    advantages = torch.tensor([1.0, -1.0])
+    running.update(0, samples, advantages)
+    folder = tmp_path / "checkpoint"
+    write_checkpoint(running, folder, 1, [{"step": 1}], tasks=[])
+    assert read_checkpoint(folder)["step"] == 1
+    resumed = AgentPolicies(
+        str(model_path), n_agents=1, config=config, start_from={0: str(folder / "agent0")}
+    )
+    resumed.load_optimizers(folder)
+    running.update(0, samples, advantages)
+    resumed.update(0, samples, advantages)
+    pairs = list(zip(running.parameters(0), resumed.parameters(0), strict=True))
+    assert pairs and all(torch.allclose(a, b, atol=1e-6) for a, b in pairs)

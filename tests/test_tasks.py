@@ -15,6 +15,7 @@ from agents.tasks import (
     humaneval_task,
     humaneval_tasks,
     save_task,
+    split_tasks,
     user_coding_task,
     writing_prompt_task,
     writing_task,
@@ -24,12 +25,27 @@ from agents.tasks import (
 
 def test_humaneval_split_is_fixed_disjoint_and_complete():
     held_out, train = humaneval_tasks("held_out"), humaneval_tasks("train")
+    validation = humaneval_tasks("validation")
     assert [t.source_id for t in held_out] == [f"HumanEval/{i}" for i in range(32)]
-    assert [t.source_id for t in train] == [f"HumanEval/{i}" for i in range(32, 164)]
+    assert [t.source_id for t in train] == [f"HumanEval/{i}" for i in range(32, 132)]
+    assert [t.source_id for t in validation] == [f"HumanEval/{i}" for i in range(132, 164)]
     assert set(HUMANEVAL_HELD_OUT).isdisjoint(HUMANEVAL_TRAIN)
     assert len(humaneval_tasks("all")) == 164
     assert {t.extra["split"] for t in held_out} == {"held_out"}
     assert {t.extra["split"] for t in train} == {"train"}
+    assert {t.extra["split"] for t in validation} == {"validation"}
+
+
+@pytest.mark.parametrize("task_set", ["coding", "summary", "expansion"])
+def test_every_task_set_splits_into_disjoint_train_validation_and_held_out(task_set):
+    parts = {split: split_tasks(task_set, split) for split in ("train", "validation", "held_out")}
+    ids = {split: {t.source_id for t in tasks} for split, tasks in parts.items()}
+    assert len(parts["validation"]) >= 32 and len(parts["held_out"]) >= 30
+    assert not ids["train"] & ids["validation"] and not ids["train"] & ids["held_out"]
+    assert not ids["validation"] & ids["held_out"]
+    assert sum(map(len, parts.values())) == len(split_tasks(task_set, "all"))
+    with pytest.raises(TaskError, match="unknown task set"):
+        split_tasks("poetry", "train")
 
 
 def test_humaneval_task_has_entry_point_tests_and_preamble():

@@ -3,14 +3,16 @@ real ones run in test_learner.py against the server)."""
 
 from __future__ import annotations
 
+import pytest
+
 import store
-from learner import worker as worker_module
+from learner import run as run_module
 from learner.promotion import GateResult
 from learner.worker import LearnerWorker
 
 
 def fake_train(db_path):
-    def train(args, client, base_model, db_path_, run_id):
+    def train(args, client, base_model, db_path_, run_id, on_step=None, resume_from=None):
         with store.open_db(db_path) as db:
             versions = {
                 a: store.register_adapter(db, a, f"/nowhere/{a}")["version"] for a in (0, 1)
@@ -22,17 +24,17 @@ def fake_train(db_path):
 
 def test_cancelling_during_the_gate_promotes_nothing(home, monkeypatch):
     db_path = home / "coteam.db"
-    monkeypatch.setattr(worker_module, "train", fake_train(db_path))
+    monkeypatch.setattr(run_module, "train", fake_train(db_path))
     promoted = []
-    monkeypatch.setattr(worker_module, "decide", lambda *a, **k: promoted.append(a) or True)
+    monkeypatch.setattr(run_module, "decide", lambda *a, **k: promoted.append(a) or True)
 
     def gate_cancelled_meanwhile(client, candidates, *args, **kwargs):
         with store.open_db(db_path) as db:
             running = store.list_training_runs(db, limit=1)[0]["id"]
             store.cancel_training_run(db, running, "cancelled by the admin")
-        return GateResult(candidate_score=1.0, active_score=0.0, threshold=0.0, tasks=1)
+        return GateResult([1.0], [0.0], [True], [True])
 
-    monkeypatch.setattr(worker_module, "gate", gate_cancelled_meanwhile)
+    monkeypatch.setattr(run_module, "gate", gate_cancelled_meanwhile)
     worker = LearnerWorker(client=None, base_model="unused", db_path=db_path)
     run_id = worker.request("admin")
     worker.wait(10)
@@ -48,10 +50,12 @@ def test_cancelling_during_the_gate_promotes_nothing(home, monkeypatch):
 
 def test_a_run_that_passes_the_gate_is_promoted_and_finished(home, monkeypatch):
     db_path = home / "coteam.db"
-    monkeypatch.setattr(worker_module, "train", fake_train(db_path))
+    monkeypatch.setattr(run_module, "train", fake_train(db_path))
     promoted = []
-    monkeypatch.setattr(worker_module, "decide", lambda *a, **k: promoted.append(a[1]) or True)
-    monkeypatch.setattr(worker_module, "gate", lambda *a, **k: GateResult(1.0, 0.0, 0.0, tasks=1))
+    monkeypatch.setattr(run_module, "decide", lambda *a, **k: promoted.append(a[1]) or True)
+    monkeypatch.setattr(
+        run_module, "gate", lambda *a, **k: GateResult([1.0], [0.0], [True], [True])
+    )
     worker = LearnerWorker(client=None, base_model="unused", db_path=db_path)
     run_id = worker.request("admin")
     worker.wait(10)
@@ -61,3 +65,54 @@ def test_a_run_that_passes_the_gate_is_promoted_and_finished(home, monkeypatch):
         run = store.get_training_run(db, run_id)
     assert run["state"] == "ok"
     assert run["metrics"]["promoted"] is True
+
+
+def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
+    from learner.run import resume_run, start_run
+    from learner.train import TrainArgs, checkpoint_folder
+
+    db_path = home / "coteam.db"
+    args = TrainArgs(steps=3, task_limit=4)
+    stopped = start_run(db_path, "cli", args)
+    with store.open_db(db_path) as db:
+        store.fail_training_run(db, stopped, "killed")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        resume_run(db_path, stopped)
+    folder = checkpoint_folder(stopped)
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text('{"step": 1, "history": [], "task_order": []}')
+    run_id, resumed_args, moved = resume_run(db_path, stopped)
+    assert resumed_args == args and run_id != stopped
+    assert moved == checkpoint_folder(run_id) and (moved / "state.json").is_file()
+    with store.open_db(db_path) as db:
+        assert store.get_training_run(db, run_id)["trigger"] == f"resume of run {stopped}"
+        store.fail_training_run(db, run_id, "killed again")
+    (moved / "state.json").write_text('{"step": 3, "history": [], "task_order": []}')
+    with pytest.raises(ValueError, match="completed all 3 steps"):
+        resume_run(db_path, run_id)
+
+
+def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
+    from dataclasses import replace
+
+    from learner.train import TrainArgs
+
+    with pytest.raises(ValueError, match="single-turn"):
+        TrainArgs(turns=2).check()
+    with pytest.raises(ValueError, match="group of at least 2"):
+        replace(TrainArgs(), magrpo=replace(TrainArgs().magrpo, group_size=1)).check()
+    with pytest.raises(ValueError, match="unknown task"):
+        TrainArgs(task="poetry").check()
+    assert TrainArgs.from_json(TrainArgs().to_json()) == TrainArgs()
+
+
+def test_coteam_train_flags_start_from_the_one_config():
+    from app.cli import _train_args, build_parser
+    from learner.train import TrainArgs
+
+    parser = build_parser()
+    assert _train_args(parser.parse_args(["train"])) == TrainArgs()  # no default of its own
+    args = _train_args(parser.parse_args(["train", "--steps", "3", "--gate-tasks", "40"]))
+    assert args.steps == 3 and args.gate.tasks == 40 and args.magrpo == TrainArgs().magrpo
+    with pytest.raises(ValueError, match="single-turn"):
+        _train_args(parser.parse_args(["train", "--turns", "2"]))

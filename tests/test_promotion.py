@@ -1,0 +1,101 @@
+"""The promotion gate's decision: paired per-task differences on its own validation split."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.tasks import split_tasks
+from learner.promotion import GateResult, GateSettings, paired_scores, validation_tasks
+from learner.rewards import RewardWeights, SpeedBudget
+from tests.scripted import ScriptedPolicy
+
+
+def result(candidate, active, cand_pass=None, act_pass=None, **settings) -> GateResult:
+    n = len(candidate)
+    return GateResult(
+        candidate, active, cand_pass or [None] * n, act_pass or [None] * n, GateSettings(**settings)
+    )
+
+
+def test_a_tie_is_never_promoted():
+    """A candidate that changed nothing ties on every task: a mean gain of 0 does not pass."""
+    same = [0.2, 0.9, 0.5, 0.0]
+    tie = result(same, list(same), [False, True, True, False], [False, True, True, False])
+    assert tie.reward_gain == 0 and tie.pass_drop_p == 1.0
+    assert not tie.passed
+
+
+def test_a_consistently_higher_joint_reward_with_the_same_passes_is_promoted():
+    active = [0.1 * k for k in range(8)]
+    candidate = [a + 0.1 for a in active]
+    passes = [k % 2 == 0 for k in range(8)]
+    better = result(candidate, active, passes, list(passes))
+    assert better.reward_gain == pytest.approx(0.1)
+    assert better.reward_gain_p < 0.01 and better.passed
+
+
+def test_noise_around_zero_is_not_a_gain():
+    """What timing noise looks like on a no-op candidate: tiny differences of both signs."""
+    noise = result([0.5 + d for d in (1e-3, -1e-3, 2e-3, -5e-4, 1e-3, -2e-3)], [0.5] * 6)
+    assert noise.reward_gain >= 0 and noise.reward_gain_p > 0.1
+    assert not noise.passed
+
+
+def test_a_higher_reward_bought_with_significantly_fewer_passes_is_rejected():
+    """Seven tasks the serving team passed and the candidate failed: p = 0.5^7 < 0.05."""
+    n = 10
+    cand_pass = [False] * 7 + [True] * 3
+    act_pass = [True] * 10
+    worse = result([0.9 + k / 100 for k in range(n)], [0.5] * n, cand_pass, act_pass)
+    assert worse.pass_drop_p == pytest.approx(0.5**7)
+    assert not worse.passed
+    one_loss = result([0.9 + k / 100 for k in range(n)], [0.5] * n, [False] + [True] * 9, act_pass)
+    assert one_loss.pass_drop_p == pytest.approx(0.5) and one_loss.passed  # one task is noise
+
+
+def test_min_gain_is_the_margin_to_beat():
+    active = [0.1 * k for k in range(8)]
+    assert not result([a + 0.05 for a in active], active, min_gain=0.1).passed
+    assert result([a + 0.2 for a in active], active, min_gain=0.1).passed
+
+
+def test_a_negative_min_gain_is_a_tolerance_for_trials():
+    assert result([0.45], [0.5], min_gain=-0.1).passed
+    assert not result([0.35], [0.5], min_gain=-0.1).passed
+
+
+def test_the_gate_has_its_own_validation_tasks():
+    tasks = validation_tasks("coding", 32)
+    assert len(tasks) == 32
+    held_out = {t.source_id for t in split_tasks("coding", "held_out")}
+    train = {t.source_id for t in split_tasks("coding", "train")}
+    assert not {t.source_id for t in tasks} & (held_out | train)
+
+
+def test_a_no_op_candidate_is_rejected_through_the_paired_run(tmp_path, monkeypatch):
+    """A zero LoRA adapter answers exactly as the serving team under greedy decoding: the
+    scripted policy stands for that (it ignores the adapter). Both teams run, every task pairs
+    up, the gain is 0 and the candidate is rejected."""
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path))
+    tasks = split_tasks("summary", "validation")[:3]
+    policy = ScriptedPolicy(lambda request: "A short summary of what the article says.")
+    seen = []
+    outcome = paired_scores(
+        policy,
+        (["agent0-v2", "agent1-v2"], ["agent0-v1", "agent1-v1"]),
+        tasks,
+        tmp_path / "coteam.db",
+        GateSettings(tasks=3, concurrency=2),
+        RewardWeights(),
+        SpeedBudget(),
+        on_progress=lambda done, total: seen.append((done, total)),
+    )
+    assert outcome.tasks == 3 and seen[-1] == (6, 6)
+    assert {r.adapter for r in policy.requests} == {
+        "agent0-v1",
+        "agent1-v1",
+        "agent0-v2",
+        "agent1-v2",
+    }
+    assert outcome.reward_gain == pytest.approx(0.0, abs=0.02)  # speed differs a little
+    assert not outcome.passed
