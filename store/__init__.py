@@ -33,6 +33,7 @@ from store.adapters import (
     version_label,
 )
 from store.db import (
+    InvalidInput,
     InvalidState,
     NotFound,
     SchemaTooNew,
@@ -82,6 +83,7 @@ from store.training import (
 )
 
 __all__ = [
+    "InvalidInput",
     "LATEST_VERSION",
     "AdapterError",
     "EpisodeFilter",

@@ -59,6 +59,29 @@ class InvalidState(StoreError, ValueError):
     """The row exists but is in the wrong state for this change (e.g. finishing a failed episode)."""
 
 
+class InvalidInput(StoreError, ValueError):
+    """A value that SQLite cannot keep as given (undecodable text, NaN in JSON); says which."""
+
+
+def check_storable_text(what: str, text: str) -> None:
+    """Refuse text that UTF-8 cannot encode (a lone surrogate, e.g. from a broken paste)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput(
+            f"the {what} has a character that cannot be stored (an unpaired surrogate "
+            f"{text[e.start]!r} at position {e.start}); remove it and try again"
+        ) from None
+
+
+def check_storable_json(what: str, value: Any) -> None:
+    """Refuse data that is not plain JSON (NaN, infinities, undecodable text), naming the fault."""
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError) as e:  # UnicodeEncodeError is a ValueError
+        raise InvalidInput(f"the {what} must be plain JSON text and numbers: {e}") from None
+
+
 def open_db(path: str | Path | None = None, *, migrate: bool = True) -> Database:
     """Open (creating if needed) the CoTeam database and bring its schema up to date.
 

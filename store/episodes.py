@@ -33,6 +33,8 @@ from sqlite_utils import Database
 from store.db import (
     InvalidState,
     NotFound,
+    check_storable_json,
+    check_storable_text,
     current_owner,
     decode_json,
     fail_orphaned,
@@ -69,6 +71,9 @@ def create_task(
         raise ValueError("a task needs a kind, e.g. 'writing' or 'coding'")
     if not isinstance(prompt, str):
         raise ValueError("a task's prompt must be text")
+    check_storable_text("prompt", prompt)
+    if metadata is not None:
+        check_storable_json("task's metadata", metadata)
     with write_transaction(db):
         if source_id is not None:
             existing = rows(

@@ -25,7 +25,6 @@ app passes its own identity, never a value the browser chose), and:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,7 +32,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from store.db import StoreError, now, rows, write_transaction
+from store.db import InvalidInput, StoreError, check_storable_text, now, rows, write_transaction
 
 KINDS = ("thumbs", "score", "comment", "edit", "pairwise")
 CHOICES = ("left", "right", "tie", "both_bad")
@@ -178,7 +177,7 @@ def _check_value(kind: str, value: Any) -> float | None:
     if kind == "thumbs" and not (number and value in (1, -1)):
         raise InvalidRating(f"a thumbs rating is +1 or -1, got {value!r}")
     if kind == "score" and not (
-        number and math.isfinite(value) and value == int(value) and 1 <= value <= 5
+        number and 1 <= value <= 5 and value == int(value)  # range first: 10**400 can't be a float
     ):
         raise InvalidRating(f"a score is a whole number from 1 to 5, got {value!r}")
     return float(value)
@@ -192,6 +191,10 @@ def _check_text(kind: str, text: Any) -> None:
         raise InvalidRating(f"a {kind} rating needs non-empty text")
     if len(text) > limit:
         raise InvalidRating(f"a {kind} is at most {limit:,} characters, got {len(text):,}")
+    try:
+        check_storable_text(kind, text)
+    except InvalidInput as e:
+        raise InvalidRating(str(e)) from None
 
 
 def _rated_episode(db: Database, episode_id: Any) -> dict:

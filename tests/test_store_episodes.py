@@ -300,3 +300,17 @@ def test_get_episodes_keeps_order_and_skips_missing(db, task_id):
     assert [len(e["ratings"]) for e in both] == [1, 1]
     with pytest.raises(store.NotFound):
         store.get_episode(db, 999)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"prompt": "Sort \udc80 the list"}, "unpaired surrogate"),
+        ({"prompt": "ok", "metadata": {"score": float("nan")}}, "plain JSON"),
+        ({"prompt": "ok", "metadata": {"note": "\ud800"}}, "plain JSON"),
+    ],
+)
+def test_unstorable_task_input_is_refused_with_a_clear_message(db, fields, message):
+    with pytest.raises(store.InvalidInput, match=message):
+        store.create_task(db, "coding", **fields)
+    assert db["tasks"].count == 0

@@ -130,6 +130,10 @@ REFUSED = [
         "rater",
         id="rater too long",
     ),
+    pytest.param("a", "score", {"value": 10**400}, "whole number from 1 to 5", id="huge score"),
+    pytest.param(
+        "a", "comment", {"text": "fine \ud800 work"}, "unpaired surrogate", id="lone surrogate"
+    ),
 ]
 
 

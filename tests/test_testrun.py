@@ -203,9 +203,9 @@ def test_forging_programs_score_nothing(name):
     report = run_tests(program, TESTS, "add", timeout=2.0)
     assert (report.passed, report.total) == (0, 3), [r.message for r in report.results]
     assert report.fraction == 0.0 and report.weighted_fraction == 0.0
-    reward = coding_reward("", program, TESTS, "add", program=program, timeout=2.0)
+    reward = coding_reward(["", program], [["aux"], ["add"]], "add", program, report=report)
     assert reward["asserts_passed"] == 0.0 and reward["tests"] == 0.0, reward
-    assert 0.0 <= reward["quality"] <= 1.0 and reward["coordination"] == 0.0
+    assert 0.0 <= reward["quality"] <= 1.0
     task = Task(kind="coding", form="user", prompt="add", source="test", entry_point="add")
     check = sandbox_check(program, replace(task, tests=TESTS))  # the team's verdict on a turn
     assert not check.passed and check.tests_passed == 0
