@@ -61,6 +61,7 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_elsewhere():
     )
 
 
+@pytest.mark.integration
 def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves_nothing(
     model_path,
 ):
@@ -173,6 +174,7 @@ def test_training_curve_is_a_png_with_or_without_passes(tmp_path):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.integration
 def test_a_checkpoint_resumes_the_adapter_and_its_optimizer_exactly(model_path, tmp_path):
     """What `coteam train --resume` relies on: a new AgentPolicies built from a step's checkpoint
     takes the next step exactly as the one that kept running (Adam's moments included)."""
