@@ -251,6 +251,9 @@ status_fd = int(sys.argv[2])
 folder, uid = cfg["folder"], cfg["uid"]
 layers = []
 try:
+    if cfg["seccomp"]:  # imported before tmpfs covers /tmp: the app may be installed under it
+        sys.path.insert(0, cfg["seccomp"]["path"])
+        import pyseccomp as sc
     libc = ctypes.CDLL(None, use_errno=True)
 
     def check(ret, what):
@@ -320,9 +323,7 @@ try:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     layers.append("rlimits: " + ", ".join(sorted(cfg["rlimits"])))
     rules = None
-    if cfg["seccomp"]:  # built while the launcher may still read the app's environment
-        sys.path.insert(0, cfg["seccomp"]["path"])
-        import pyseccomp as sc
+    if cfg["seccomp"]:
         rules = sc.SyscallFilter(sc.ALLOW)
         for name in cfg["seccomp"]["refused"]:
             rules.add_rule(sc.ERRNO(1), name)
