@@ -73,6 +73,24 @@ def test_the_os_layers_are_active_as_root():
     assert any(layer.startswith("mounts: private") for layer in result.layers)
 
 
+@needs_root
+def test_the_filter_loads_when_the_app_is_installed_under_tmp(tmp_path, monkeypatch):
+    """The launcher covers /tmp with a tmpfs; pyseccomp from an install under /tmp still loads."""
+    import pyseccomp
+
+    from agents import sandbox
+
+    site = tmp_path / "site-packages"  # pytest's tmp_path lies under /tmp
+    site.mkdir()
+    shutil.copy(pyseccomp.__file__, site / "pyseccomp.py")
+    config = sandbox._seccomp_config()
+    assert config is not None, "pyseccomp is a dependency: it must import here"
+    monkeypatch.setattr(sandbox, "_seccomp_config", lambda: {**config, "path": str(site)})
+    result = run_untrusted("print('ok')")
+    assert result.ok and result.stdout.strip() == "ok", result.reason
+    assert any("syscall filter" in layer for layer in result.layers), result.layers
+
+
 @audit_modes
 def test_fork_bomb_is_stopped_and_leaves_no_process(audit):
     result = run(
