@@ -5,13 +5,13 @@ the page and `coteam check` call. Each counted test has a `kind`:
 
 - "compared": `assert CALL OP EXPECTED` (OP one of == != < <= > >= is, is not, in, not in) or a
   bare `assert CALL` / `assert not CALL`, where EXPECTED is a literal. The sandbox
-  (`agents/harness/calls.py`) evaluates only CALL and prints its value as tagged plain data; this
-  process rebuilds the value and applies OP with EXPECTED, which the program never sees. A
+  (`agents/harness/runner.py`, mode "calls") evaluates only CALL and prints its value as tagged
+  plain data; this process rebuilds the value and applies OP with EXPECTED, which the program never sees. A
   patched harness, an `__eq__` trick, a forged or malformed line, an early exit or a huge value
   can only lose: a value missing, duplicated or not plain data is a failure.
 - "inside": every other counted test (loops, helpers, expected values that are expressions)
-  runs beside the program (`agents/harness/inside.py`), in a separate sandbox run from the
-  compared calls; a determined program could forge its result, so `weighted_fraction` counts it
+  runs beside the program (`agents/harness/runner.py`, mode "inside"), in a separate sandbox
+  run from the compared calls; a determined program could forge its result, so `weighted_fraction` counts it
   at `INSIDE_WEIGHT`.
 
 Every line read back is validated; nothing the program prints can raise here.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agents.sandbox import Limits, SandboxError, SandboxResult, run_untrusted
 
-HARNESS_DIR = Path(__file__).parent / "harness"
+HARNESS = Path(__file__).parent / "harness" / "runner.py"
 INSIDE_WEIGHT = 0.5  # a test checked beside the program counts half of a compared one
 MAX_LINE_CHARS = 70_000  # the harness caps a value at 65,536 characters
 MAX_VALUE_NODES = 100_000
@@ -260,7 +260,7 @@ def _run_units(
     compared = [i for i, u in enumerate(units) if u.kind == COMPARED]
     inside = [i for i, u in enumerate(units) if u.kind == INSIDE]
     if compared:
-        result = _run_harness("calls.py", job | {"steps": _steps(steps, COMPARED)}, limits)
+        result = _run_harness(job | {"mode": "calls", "steps": _steps(steps, COMPARED)}, limits)
         runs.append(result)
         lines, bad, error = _read_lines(result, set(compared), [{"value"}, {"error"}])
         rejected += bad
@@ -268,7 +268,7 @@ def _run_units(
         for i, record in lines.items():
             outcomes[i] = _judge(units[i], record)
     if inside:
-        result = _run_harness("inside.py", job | {"steps": _steps(steps, INSIDE)}, limits)
+        result = _run_harness(job | {"mode": "inside", "steps": _steps(steps, INSIDE)}, limits)
         runs.append(result)
         lines, bad, error = _read_lines(result, set(inside), [{"passed", "message"}])
         rejected += bad
@@ -305,8 +305,8 @@ def _steps(steps: list[TestUnit], kind: str) -> list[list]:
     return numbered
 
 
-def _run_harness(name: str, job: dict, limits: Limits) -> SandboxResult:
-    harness = (HARNESS_DIR / name).read_text(encoding="utf-8")
+def _run_harness(job: dict, limits: Limits) -> SandboxResult:
+    harness = HARNESS.read_text(encoding="utf-8")
     return run_untrusted(harness, limits, files={"job.json": json.dumps(job)})
 
 
@@ -393,7 +393,7 @@ class MalformedValue(ValueError):
 
 def decode_value(encoded: object) -> object:
     """Rebuild a value from the harness's tagged form ([tag, payload], see
-    `agents/harness/calls.py`) with exact plain types; raise MalformedValue for anything else."""
+    `agents/harness/runner.py`) with exact plain types; raise MalformedValue for anything else."""
     budget = [MAX_VALUE_NODES]
 
     def walk(node: object, depth: int) -> object:
