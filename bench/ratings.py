@@ -40,10 +40,9 @@ import store  # noqa: E402
 from agents.combine import extract_code  # noqa: E402
 from agents.feedback import sandbox_check  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.tasks import humaneval_tasks  # noqa: E402
+from agents.tasks import humaneval_tasks, split_tasks  # noqa: E402
 from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
-from learner.promotion import held_out_tasks  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
 from learner.rewards import RewardWeights, score_episode  # noqa: E402
 from learner.train import TrainArgs, train  # noqa: E402
@@ -97,7 +96,7 @@ def mcnemar(before: list[bool], after: list[bool]) -> float:
 
 def experiment(client, model_path, db_path: Path, args) -> dict:
     rng = random.Random(args.seed)
-    held_out = held_out_tasks("coding", args.held_out)
+    held_out = split_tasks("coding", "held_out")[: args.held_out]
     t0 = time.perf_counter()
     before = measure(client, [None] * AGENTS, held_out, db_path, args.max_tokens)
     print(f"before: measured {len(held_out)} held-out prompts", flush=True)
