@@ -175,24 +175,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.ratings < 1 or args.held_out < 1 or args.steps < 1 or args.group_size < 2:
         parser.error("--ratings, --held-out and --steps must be >= 1, --group-size >= 2")
-    from agents.policy import PolicyClient
-    from agents.server import ServerConfig, VLLMServer
+    from agents.server import ServerConfig, connect_or_start
     from store.paths import venv_python
 
     # the model and the vLLM environment come from the real home, before it is swapped
     model_path, vllm_python = provision_model(args.model), venv_python("vllm")
+    config = ServerConfig(model=str(model_path), agents=AGENTS, python=vllm_python)
 
     with tempfile.TemporaryDirectory(prefix="coteam-bench-ratings-") as home:
         os.environ["COTEAM_HOME"] = home  # its own database and adapter registry
-        db_path = Path(home) / "coteam.db"
-        if args.vllm_url:
-            client = PolicyClient(args.vllm_url)
-            client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
-            figures = experiment(client, model_path, db_path, args)
-        else:
-            config = ServerConfig(model=str(model_path), agents=AGENTS, python=vllm_python)
-            with VLLMServer(config) as server:
-                figures = experiment(PolicyClient(server.url), model_path, db_path, args)
+        with connect_or_start(args.vllm_url, config) as client:
+            figures = experiment(client, model_path, Path(home) / "coteam.db", args)
     print(
         f"rater {figures['rater']}, N={figures['ratings']} ratings, {figures['steps']} step(s), "
         f"{figures['held_out']} held-out prompts, {figures['seconds']} s\n"
