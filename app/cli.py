@@ -322,7 +322,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except (OSError, EvalError, PolicyError) as e:
         print(f"coteam eval: error: {e}", file=sys.stderr)
         return 1
-    from learner.evaluate import results_table
+    from learner.report import results_table
 
     print(results_table(summary))
     missing = f" ({summary['missing']} episodes missing: run again to retry)" * bool(
@@ -366,7 +366,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agents.models import provision_model
-    from learner.curves import plot_training_curve
+    from learner.report import plot_training_curve
     from learner.run import execute_run, resume_run, start_run
     from learner.train import steps_per_pass, training_tasks
     from store import adapter_name

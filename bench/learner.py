@@ -48,8 +48,8 @@ from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.roles import Role  # noqa: E402
 from agents.tasks import Task  # noqa: E402
 from agents.team import initial_state, make_team, observe  # noqa: E402
+from learner.coding_reward import coding_reward  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
-from learner.rewards import coding_reward  # noqa: E402
 from learner.train import TrainArgs, training_tasks  # noqa: E402
 from store.paths import venv_python  # noqa: E402
 

@@ -44,7 +44,8 @@ from agents.tasks import humaneval_tasks, split_tasks  # noqa: E402
 from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
-from learner.rewards import RewardWeights, score_episode  # noqa: E402
+from learner.reward_config import RewardWeights  # noqa: E402
+from learner.rewards import score_episode  # noqa: E402
 from learner.train import TrainArgs, train  # noqa: E402
 
 AGENTS = 2

@@ -4,7 +4,8 @@ Ratings arrive a few at a time, about outputs of older adapters, so they are not
 directly (the store keeps neither the sampling log-probs nor the finish reason, so an
 importance weight against the producing policy cannot be computed). Instead a small
 Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's sentence embedding
-φ(x) (all-MiniLM-L6-v2, `learner.rewards.embed_texts`), and every new rollout is scored by it:
+φ(x) (all-MiniLM-L6-v2, `learner.writing_reward.embed_texts`), and every new rollout is scored
+by it:
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task
@@ -119,7 +120,7 @@ class PreferenceModel:
 
     def preference_score(self, texts: Sequence[str]) -> np.ndarray:
         """How much people would like each text, σ(s(x)) in (0, 1)."""
-        from learner.rewards import embed_texts
+        from learner.writing_reward import embed_texts
 
         if not texts:
             return np.zeros(0)
@@ -128,7 +129,7 @@ class PreferenceModel:
 
 def fit_preference_model(examples: PreferenceExamples, l2: float = L2) -> PreferenceModel | None:
     """The Bradley–Terry model of the module docstring, or None when no rating gives an example."""
-    from learner.rewards import embed_texts
+    from learner.writing_reward import embed_texts
 
     if not examples.pairs and not examples.singles:
         return None

@@ -27,7 +27,8 @@ from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, run_episode
 from learner.registry import adapter_name, load_version, promote, serving_adapters
-from learner.rewards import RewardWeights, SpeedBudget, score_episode
+from learner.reward_config import RewardWeights, SpeedBudget
+from learner.rewards import score_episode
 
 
 @dataclass

@@ -42,7 +42,8 @@ from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages
 from learner.preference import PreferenceModel, load_preference_model
 from learner.promotion import GateSettings
 from learner.registry import adapter_name, publish_candidate, serving_adapters
-from learner.rewards import RewardWeights, SpeedBudget, score_episode
+from learner.reward_config import RewardWeights, SpeedBudget
+from learner.rewards import score_episode
 from store.paths import coteam_home, default_db_path
 
 log = logging.getLogger(__name__)

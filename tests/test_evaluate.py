@@ -12,25 +12,27 @@ import store
 from agents.tasks import humaneval_task, xsum_tasks
 from agents.team import run_episode
 from app.cli import main
+from learner.eval_stats import (
+    holm,
+    mean_ci,
+    paired_p,
+    pass_at_k,
+    regression,
+    summarize,
+    welch_test,
+)
 from learner.evaluate import (
     EvalConfig,
     EvalError,
     episode_metrics,
     eval_tasks,
     evaluate,
-    holm,
-    mean_ci,
-    paired_p,
     parse_variant,
-    pass_at_k,
     pending,
     read_records,
-    regression,
     run_eval,
-    summarize,
-    welch_test,
-    write_report,
 )
+from learner.report import write_report
 from learner.rewards import score_episode
 from tests.scripted import ScriptedPolicy
 
@@ -132,7 +134,7 @@ def test_summary_tests_each_shape_against_each_baseline():
         + records("single", [1, 0, 0, 0])
         + records("naive_concat", [0, 1, 0, 0], consistency=0.1)
     )
-    s = summarize(rows, config)
+    s = summarize(rows, config, len(eval_tasks(config)))
     groups = {g["shape"]: g for g in s["groups"]}
     assert groups["parallel"]["metrics"]["pass"]["mean"] == 0.75
     assert groups["single"]["metrics"]["consistency"]["mean"] is None
@@ -173,7 +175,7 @@ def test_summary_averages_samples_per_task_and_tests_variants_against_base(tmp_p
         for i, task in enumerate(passes):
             for g, v in enumerate(task):
                 rows += [{**records("parallel", [v], variant)[0], "task": f"T/{i}", "sample": g}]
-    s = summarize(rows, config)
+    s = summarize(rows, config, len(eval_tasks(config)))
     v2 = next(g for g in s["groups"] if g["variant"] == "v2")
     assert v2["tasks"] == 2 and v2["episodes"] == 6
     assert v2["metrics"]["pass"]["mean"] == pytest.approx((2 / 3 + 1) / 2)
@@ -194,7 +196,7 @@ def test_write_report_from_a_summary(tmp_path):
     config = EvalConfig(task="coding", shapes=("parallel", "single"))
     rows = records("parallel", [1, 1, 0], consistency=0.9) + records("single", [1, 0, 0])
     rows[1]["consistency"] = 0.2
-    s = summarize(rows, config, command="coteam eval --task coding")
+    s = summarize(rows, config, len(eval_tasks(config)), command="coteam eval --task coding")
     files = write_report(s, tmp_path, rows)
     names = {f.name for f in files}
     assert {"report.md", "pass.png", "tests.png", "time_vs_consistency.png"} <= names
@@ -497,7 +499,7 @@ def test_time_against_single_is_the_mean_per_task_ratio():
     config = EvalConfig(shapes=("parallel", "single"), limit=3)
     rows = records("parallel", [1, 1, 1], time_s=[5.0, 10.0, 3.0])
     rows += records("single", [1, 1, 1], time_s=[10.0, 10.0, 12.0])
-    groups = {g["shape"]: g for g in summarize(rows, config)["groups"]}
+    groups = {g["shape"]: g for g in summarize(rows, config, len(eval_tasks(config)))["groups"]}
     assert groups["parallel"]["metrics"]["time_vs_single"]["mean"] == pytest.approx(
         (0.5 + 1 + 0.25) / 3
     )

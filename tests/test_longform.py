@@ -22,7 +22,8 @@ from agents.tasks import (
     longform_prompt_task,
     longform_tasks,
 )
-from learner.rewards import longform_reward, score_episode
+from learner.rewards import score_episode
+from learner.writing_reward import longform_reward
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 # -- the curated set and a person's own request ----------------------------------------------

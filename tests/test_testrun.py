@@ -25,7 +25,7 @@ from agents.testrun import (
     plan_tests,
     run_tests,
 )
-from learner.rewards import coding_reward
+from learner.coding_reward import coding_reward
 
 TESTS = textwrap.dedent(
     """

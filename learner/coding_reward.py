@@ -1,0 +1,199 @@
+"""The coding reward, a plain function returning its components by name: MAGRPO's levels for
+a team's code (helper author defines its function, entry author defines the entry, the module
+parses, fraction of test asserts passed), cooperation only when the entry function calls
+(`ast.Call`) the function its helper author wrote, and the share of agents that wrote another
+agent's part (a role violation); with the AST checks it is made of."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+
+from agents.testrun import TestReport, run_tests
+from learner.reward_config import RewardWeights
+
+THIN_WRAPPER = 0.5  # cooperation left when the entry function is only `return aux(...)`
+
+
+def coding_reward(
+    codes: Sequence[str],
+    owners: Sequence[Sequence[str]],
+    entry_point: str,
+    program: str,
+    report: TestReport | None = None,
+    tests: str | None = None,
+    weights: RewardWeights = RewardWeights(),  # noqa: B008
+) -> dict[str, float]:
+    """Score a team's code: `codes[i]` is agent i's code (out of its fences), `owners[i]` the
+    functions its role writes, `program` the module the combiner built from them.
+
+    `report` is the environment's test run on `program`; without one, `tests` (if given) are run
+    here. Components: the points `helper_defined`, `entry_defined`, `parses` (the module parses
+    and defines the entry function), `tests`; `structure`
+    (definition and parse points over those possible, in [0, 1]); `quality` (all points over
+    those possible); `cooperation` (share of the helper authors' functions that the entry author's
+    function calls and does not define itself; half for a thin wrapper); `coordination`
+    (cooperation · (floor + (1 − floor) · tests passed)); `helper_called` (1 when every helper
+    author's function is called); `role_violations` (share of agents that defined another role's
+    function, nested ones included); `asserts_passed` / `asserts_total`.
+    """
+    w = weights
+    entry_owner = _owner(owners, entry_point)
+    entry_code = codes[entry_owner] if entry_owner is not None else "\n\n".join(codes)
+    helpers = [
+        (i, name)
+        for i, names in enumerate(owners)
+        for name in names
+        if i != entry_owner and name != entry_point and not name.startswith("test_")
+    ]
+    r: dict[str, float] = {}
+    r["helper_defined"] = (
+        w.helper_defined * sum(defines_with_return(codes[i], h) for i, h in helpers) / len(helpers)
+        if helpers
+        else 0.0
+    )
+    r["entry_defined"] = w.entry_defined * defines_with_return(entry_code, entry_point)
+    # the joined module parses and still holds the entry function (the combiner cuts a broken
+    # part back to the prefix that parses)
+    r["parses"] = w.parses * bool(r["entry_defined"] and defines_with_return(program, entry_point))
+    if r["parses"] and report is None and tests:
+        report = run_tests(program, tests, entry_point)
+    passed = report.fraction if r["parses"] and report is not None else 0.0
+    r["tests"] = w.tests * passed
+    r["asserts_passed"] = float(report.passed) if report else 0.0
+    r["asserts_total"] = float(report.total) if report else 0.0
+    definition_points = (w.helper_defined if helpers else 0.0) + w.entry_defined + w.parses
+    earned = r["helper_defined"] + r["entry_defined"] + r["parses"]
+    r["structure"] = earned / definition_points
+    r["quality"] = (earned + r["tests"]) / (definition_points + w.tests)
+
+    own_defs = defined_names(entry_code)
+    uses = [
+        0.0
+        if h in own_defs or not defines_with_return(codes[i], h)
+        else helper_call(entry_code, entry_point, h)
+        for i, h in helpers
+    ]
+    r["cooperation"] = sum(uses) / len(uses) if uses else 0.0
+    r["helper_called"] = float(bool(uses) and all(u > 0 for u in uses))
+    r["coordination"] = r["cooperation"] * (
+        w.cooperation_floor + (1 - w.cooperation_floor) * passed
+    )
+    violators = role_violations(codes, owners)
+    r["role_violations"] = len(violators) / len(codes) if codes else 0.0
+    return r
+
+
+def _owner(owners: Sequence[Sequence[str]], name: str) -> int | None:
+    found = [i for i, names in enumerate(owners) if name in names]
+    return found[0] if found else None
+
+
+def role_violations(codes: Sequence[str], owners: Sequence[Sequence[str]]) -> dict[int, list[str]]:
+    """Agent -> the functions it implemented (at any depth) that another agent's role owns. A
+    copy of the contract's stub (only a docstring, `...` or `pass`) implements nothing."""
+    owned_by = {name: i for i, names in enumerate(owners) for name in names}
+    found = {}
+    for i, code in enumerate(codes):
+        theirs = sorted(n for n in defined_names(code, stubs=False) if owned_by.get(n, i) != i)
+        if theirs:
+            found[i] = theirs
+    return found
+
+
+def defined_names(code: str, stubs: bool = True) -> set[str]:
+    """Every function and class `code` defines, nested ones included (a broken reply: the
+    names after `def` found by text); with `stubs=False`, not those whose body is only a
+    docstring, `...` or `pass`."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set(re.findall(r"^\s*def\s+(\w+)\s*\(", code, re.M))
+    return {
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and (stubs or not _is_stub(n))
+    }
+
+
+def _is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+    return all(
+        isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        for s in node.body
+    )
+
+
+def defines_with_return(code: str, name: str) -> bool:
+    """Whether `code` defines a top-level function `name` that returns a value."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        # as in MAGRPO's text check: a broken answer still earns its definition points
+        match = re.search(rf"^def\s+{re.escape(name)}\s*\(.*?(?=^\S|\Z)", code, re.M | re.S)
+        return bool(match) and re.search(r"\breturn\b\s*\S", match.group(0)) is not None
+    function = _function(tree, name)
+    return function is not None and any(
+        isinstance(node, ast.Return) and node.value is not None for node in ast.walk(function)
+    )
+
+
+def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
+    """How the entry function uses the helper function `helper`: 1 when it calls it (an
+    `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result, 0.5 when
+    its whole body is `return helper(...)`, 0 when it never calls it, only calls it as a bare
+    statement (dropping the result), or binds the name itself (a parameter, a local variable, a
+    nested function), so that the name is not the helper's."""
+    try:
+        function = _function(ast.parse(entry_code), entry_point)
+    except SyntaxError:
+        function = None
+    if function is None or helper in _bound_names(function):
+        return 0.0
+    calls = [
+        n
+        for n in ast.walk(function)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == helper
+    ]
+    passed_on = any(
+        isinstance(arg, ast.Name) and arg.id == helper
+        for n in ast.walk(function)
+        if isinstance(n, ast.Call)
+        for arg in n.args
+    )
+    dropped = {
+        id(n.value) for n in ast.walk(function) if isinstance(n, ast.Expr) and n.value in calls
+    }
+    if not passed_on and all(id(c) in dropped for c in calls):
+        return 0.0
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value in calls:
+        return THIN_WRAPPER
+    return 1.0
+
+
+def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names a function binds locally: parameters, assignments, loop targets, nested defs,
+    imports (a local `aux` hides the module's)."""
+    names = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    for node in ast.walk(function):
+        if node is function:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            found = node  # the last definition wins, as when the module runs
+    return found

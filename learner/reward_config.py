@@ -1,0 +1,45 @@
+"""The one configuration of the reward: every weight (`RewardWeights`) and a single agent's
+token budget for the speed term (`SpeedBudget`); the reward functions and `score_episode` take
+them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Every weight of the reward.
+
+    Joint reward: R = quality·q + coordination·c + speed·s·quality − role_violation·v, where v is
+    the share of agents that wrote another agent's part; `human` is the share of R a person's
+    rating takes (`blend_human`).
+    Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
+    `tests` (times the fraction of asserts passed); quality = points earned / points possible.
+    `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test
+    passes (so an all-fail group still ranks a real division of labour above none, while a
+    cooperative wrong answer stays below a correct one).
+    """
+
+    quality: float = 0.6
+    coordination: float = 0.3
+    speed: float = 0.1
+    role_violation: float = 0.3
+    human: float = 0.5
+    helper_defined: float = 0.4
+    entry_defined: float = 0.6
+    parses: float = 0.5
+    tests: float = 1.0
+    cooperation_floor: float = 0.25
+
+    def __post_init__(self):
+        if min(asdict(self).values()) < 0 or self.human > 1 or self.cooperation_floor > 1:
+            raise ValueError("weights must be >= 0; the human share and cooperation floor <= 1")
+
+
+@dataclass(frozen=True)
+class SpeedBudget:
+    """A single agent's output-token budget for the task; None: the episode's own (its per-call
+    token limit times its turn limit, as `EpisodeResult.token_budget` records it)."""
+
+    tokens: int | None = None
