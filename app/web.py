@@ -4,12 +4,19 @@
 event); `launch_app` starts it with a queue, so people who arrive while the episode slots are
 busy wait in line and see their place, and are never turned away.
 
-    app/web.py      the page: header and tabs, launch
-    app/cowork.py   co-write and co-code (one builder for both), A/B mode
-    app/live.py     an episode in a thread, streamed to the page as views
-    app/rating.py   thumbs, scores, comments, edits and A/B votes into the store
-    app/history.py  past episodes, filters, one episode in full
-    app/admin.py    learner, schedule, curves, adapters, evaluation, export (password)
+    app/web.py             the page: header and tabs, launch
+    app/cowork.py          co-write and co-code (one builder for both): the form and the run
+    app/cowork_choices.py  what the form offers: sources, problems, roles, adapter versions
+    app/cowork_results.py  panes, result, tests, rating panel, A/B views and vote
+    app/live.py            an episode in a thread, streamed to the page as views
+    app/rating.py          thumbs, scores, comments, edits and A/B votes into the store
+    app/history.py         past episodes, filters, one episode in full
+    app/admin.py           the admin tab (password): its panels, refreshed by a timer
+    app/admin_login.py     the password, the throttle on wrong guesses, `require`
+    app/admin_training.py  learner status, Retrain now, cancel, runs, schedule
+    app/admin_adapters.py  curves, registry with promote and rollback
+    app/admin_eval.py      evaluations: launch, follow, read the report
+    app/admin_export.py    export of episodes and preference pairs
 """
 
 from __future__ import annotations

@@ -15,9 +15,12 @@ from agents.policy import PolicyError
 from agents.tasks import MAX_PROMPT_CHARS, TaskError
 from agents.team import Sampling
 from app import rating
-from app.admin import AdminTab, learner_status
+from app.admin import AdminTab
+from app.admin_training import learner_status
 from app.context import AppContext, admin_password_from
-from app.cowork import AB, ONE_TEAM, CoworkTab, chosen_task, display_code, role_layout
+from app.cowork import CoworkTab
+from app.cowork_choices import AB, ONE_TEAM, chosen_task, role_layout
+from app.cowork_results import display_code
 from app.history import HistoryTab, episode_filters, episode_markdown, fenced
 from app.live import TeamRun, run_live
 from app.web import build_app
@@ -180,24 +183,25 @@ def test_a_failing_server_is_shown_and_the_episode_is_kept_as_failed(ctx):
 
 def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
     tab = built(ctx, CoworkTab(ctx, "coding"))
+    view = tab.results
     page = last(tab.run(form(tab)))
-    episode_id = page[tab.episode_id]
+    episode_id = page[view.episode_id]
     assert isinstance(episode_id, int)
-    assert "def aux" in page[tab.panes[0]]["value"] and "```" not in page[tab.panes[0]]["value"]
-    assert "helper aux" in page[tab.panes[0]]["label"]
-    assert "def has_close_elements" in page[tab.result]
-    assert "Tests: 7 of 7 passed" in page[tab.tests_view]
-    assert page[tab.tests_view].count("| value compared |") == 7  # each test's kind is shown
-    assert page[tab.rating_panel]["visible"] is True
-    assert "episode" in page[tab.status] and "tokens" in page[tab.status]
+    assert "def aux" in page[view.panes[0]]["value"] and "```" not in page[view.panes[0]]["value"]
+    assert "helper aux" in page[view.panes[0]]["label"]
+    assert "def has_close_elements" in page[view.result]
+    assert "Tests: 7 of 7 passed" in page[view.tests_view]
+    assert page[view.tests_view].count("| value compared |") == 7  # each test's kind is shown
+    assert page[view.rating_panel]["visible"] is True
+    assert "episode" in page[view.status] and "tokens" in page[view.status]
 
     # ratings: thumbs on an agent and on the result, a score with a comment, an edit
-    assert "Saved rating #1" in tab.thumbs(1, agent=1)(episode_id, None)
-    assert "Saved rating #2" in tab.thumbs(-1)(episode_id, None)
-    saved = tab.rate_score(episode_id, "4", "uses the helper well", None)
+    assert "Saved rating #1" in view.thumbs(1, agent=1)(episode_id, None)
+    assert "Saved rating #2" in view.thumbs(-1)(episode_id, None)
+    saved = view.rate_score(episode_id, "4", "uses the helper well", None)
     assert "#3" in saved and "#4" in saved
-    assert "same as the team's" in tab.rate_edit(episode_id, page[tab.result], None)
-    assert "Saved rating #5" in tab.rate_edit(episode_id, page[tab.result] + "\n# mine\n", None)
+    assert "same as the team's" in view.rate_edit(episode_id, page[view.result], None)
+    assert "Saved rating #5" in view.rate_edit(episode_id, page[view.result] + "\n# mine\n", None)
     with store.open_db(ctx.db_path) as db:
         ratings = store.get_episode(db, episode_id)["ratings"]
     got = [(r["kind"], r["agent"], r["value"], r["text"]) for r in ratings]
@@ -218,35 +222,38 @@ def test_a_rating_without_an_episode_is_refused_clearly(ctx):
 
 def test_form_and_server_problems_are_shown_and_nothing_runs(ctx):
     tab = built(ctx, CoworkTab(ctx, "writing"))
+    view = tab.results
     [page] = tab.run(form(tab, source="free", prompt=""))
-    assert "empty" in page[tab.status]
+    assert "empty" in page[view.status]
     [page] = tab.run(form(tab, source="free", prompt="y" * (MAX_PROMPT_CHARS + 5)))
-    assert "limit" in page[tab.status]
+    assert "limit" in page[view.status]
     ctx.client.up = False
     [page] = tab.run(form(tab, source="free", prompt="A haiku about tea"))
-    assert "not answering" in page[tab.status]
+    assert "not answering" in page[view.status]
     assert ctx.client.requests == []
 
 
 def test_co_write_with_an_edited_role_prompt(ctx):
     tab = built(ctx, CoworkTab(ctx, "writing"))
+    view = tab.results
     data = form(tab, source="free", prompt="A note on tea", shape="parallel", size=2)
     data[tab.role_texts[0]] = "Write the introduction. Be brief. {words}"
     page = last(tab.run(data))
-    assert page[tab.episode_id] and page[tab.result].startswith("w0")
+    assert page[view.episode_id] and page[view.result].startswith("w0")
     systems = [r.messages[0]["content"] for r in ctx.client.requests]
     assert "Write the introduction. Be brief. 20-100" in systems
 
 
 def test_ab_mode_runs_two_teams_on_one_task_and_records_the_vote(ctx):
     tab = built(ctx, CoworkTab(ctx, "coding"))
+    view = tab.results
     page = last(tab.run(form(tab, mode=AB, shape="parallel", shape_b="single")))
-    left, right = page[tab.ab_pair]
-    assert page[tab.vote_row]["visible"] is True and "Both teams are done" in page[tab.status]
-    assert "def has_close_elements" in page[tab.ab_views[1]]
-    assert "parallel" in page[tab.ab_status[0]] and "single" in page[tab.ab_status[1]]
-    assert "Saved rating #1" in tab.vote("both_bad")((left, right), None)
-    assert "run an A/B comparison first" in tab.vote("left")(None, None)
+    left, right = page[view.ab_pair]
+    assert page[view.vote_row]["visible"] is True and "Both teams are done" in page[view.status]
+    assert "def has_close_elements" in page[view.ab_views[1]]
+    assert "parallel" in page[view.ab_status[0]] and "single" in page[view.ab_status[1]]
+    assert "Saved rating #1" in view.vote("both_bad")((left, right), None)
+    assert "run an A/B comparison first" in view.vote("left")(None, None)
     with store.open_db(ctx.db_path) as db:
         [vote] = store.get_episode(db, left)["ratings"]
     assert (vote["kind"], vote["choice"], vote["other_episode_id"]) == (
@@ -262,12 +269,13 @@ def test_a_promoted_adapter_serves_the_next_episode(ctx, tmp_path):
             store.register_adapter(db, agent, str(tmp_path / f"a{agent}"))
             store.activate_adapter(db, agent, 1)
     tab = built(ctx, CoworkTab(ctx, "coding"))
+    view = tab.results
     page = last(tab.run(form(tab)))
     assert {r.adapter for r in ctx.client.requests} == {"agent0-v1", "agent1-v1"}
-    assert "agent0-v1" in page[tab.panes[0]]["label"]
+    assert "agent0-v1" in page[view.panes[0]]["label"]
     assert "version 1" in str(tab.refresh_adapters()[0])
     with store.open_db(ctx.db_path) as db:
-        assert store.get_episode(db, page[tab.episode_id])["adapter_versions"] == [1, 1]
+        assert store.get_episode(db, page[view.episode_id])["adapter_versions"] == [1, 1]
 
 
 # -- history ---------------------------------------------------------------------------------
@@ -275,8 +283,9 @@ def test_a_promoted_adapter_serves_the_next_episode(ctx, tmp_path):
 
 def test_history_filters_and_the_full_episode(ctx):
     tab = built(ctx, CoworkTab(ctx, "coding"))
-    episode_id = last(tab.run(form(tab)))[tab.episode_id]
-    tab.rate_score(episode_id, "5", "", None)
+    view = tab.results
+    episode_id = last(tab.run(form(tab)))[view.episode_id]
+    view.rate_score(episode_id, "5", "", None)
     history = built(ctx, HistoryTab(ctx))
     table, info, page = history.first_page("coding", "parallel", "score ≥ 4", "any", "ok", 0)
     assert [row[0] for row in table["data"]] == [episode_id] and "1 episode" in info
@@ -314,25 +323,25 @@ def test_fences_are_never_closed_by_the_text_inside():
 def test_admin_is_refused_without_a_configured_password(tmp_path):
     ctx = AppContext(FakeClient(), db_path=tmp_path / "c.db", admin_password=None)
     admin = built(ctx, AdminTab(ctx))
-    ok, message, panel, *_ = admin.log_in("anything")
+    ok, message, panel, *_ = admin.login.log_in("anything")
     assert ok is False and "no admin password is configured" in message
     assert panel["visible"] is False
 
 
 def test_admin_needs_the_right_password_and_checks_it_on_every_action(ctx, monkeypatch):
-    monkeypatch.setattr("app.admin.WRONG_PASSWORD_DELAY_S", 0)
+    monkeypatch.setattr("app.admin_login.WRONG_PASSWORD_DELAY_S", 0)
     admin = built(ctx, AdminTab(ctx))
-    ok, message, panel, *_ = admin.log_in("")
+    ok, message, panel, *_ = admin.login.log_in("")
     assert ok is False and "type the admin password" in message and panel["visible"] is False
-    ok, message, panel, *_ = admin.log_in("wrong")
+    ok, message, panel, *_ = admin.login.log_in("wrong")
     assert ok is False and "wrong password" in message and panel["visible"] is False
-    ok, message, panel, *_ = admin.log_in("s3cret")
+    ok, message, panel, *_ = admin.login.log_in("s3cret")
     assert ok is True and panel["visible"] is True
     with pytest.raises(gr.Error, match="Unlock"):
-        admin.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
+        admin.training.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
     with pytest.raises(gr.Error, match="Unlock"):
-        admin.export_data(False, "jsonl")
-    assert "cannot train" in admin.retrain_now(True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
+        admin.export.export_data(False, "jsonl")
+    assert "cannot train" in admin.training.retrain_now(True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
     text, bar = learner_status(ctx)
     assert "no training run yet" in text and "admin-progress-bar" in bar
 
@@ -341,22 +350,23 @@ def test_admin_export_registry_and_eval_report(ctx, tmp_path):
     tab = built(ctx, CoworkTab(ctx, "coding"))
     last(tab.run(form(tab)))
     admin = built(ctx, AdminTab(ctx))
-    message, files = admin.export_data(True, "jsonl")
+    message, files = admin.export.export_data(True, "jsonl")
     assert "1 episode(s)" in message and all(f.endswith(".jsonl") for f in files)
     folder = Path(files[0]).parent
     assert folder.stat().st_mode & 0o777 == 0o700
     assert all(Path(f).stat().st_mode & 0o777 == 0o600 for f in files)
-    _, again = admin.export_data(True, "jsonl")
+    _, again = admin.export.export_data(True, "jsonl")
     assert not folder.exists() and Path(again[0]).exists()  # one export on disk at a time
     shutil.rmtree(Path(again[0]).parent)
-    assert "Choose a version" in admin.promote_version(True, None)[0]
-    assert "no active adapter to roll back" in admin.rollback_agent(True, 0)[0]
+    assert "Choose a version" in admin.registry.promote_version(True, None)[0]
+    assert "no active adapter to roll back" in admin.registry.rollback_agent(True, 0)[0]
     ctx.eval_dir = tmp_path / "eval"
-    started = admin.start_eval(True, "coding", "xsum", 2, 1, 64, ["parallel", "single"], True)
+    evaluation = admin.evaluation
+    started = evaluation.start_eval(True, "coding", "xsum", 2, 1, 64, ["parallel", "single"], True)
     assert "Evaluation running" in started or "done" in started
-    admin.eval_job.thread.join(120)
-    assert "done: 4 episodes" in admin.eval_status()
-    report, plots = admin.open_report(True, admin.reports()["value"])
+    evaluation.worker.job.thread.join(120)
+    assert "done: 4 episodes" in evaluation.eval_status()
+    report, plots = evaluation.open_report(True, evaluation.reports()["value"])
     assert report.startswith("# Evaluation") and plots
 
 
@@ -391,26 +401,26 @@ def test_the_page_warns_everyone_when_the_sandbox_is_weak(ctx, monkeypatch):
 
 
 def test_wrong_admin_passwords_back_off_then_lock_the_address_out(ctx, monkeypatch, caplog):
-    import app.admin
+    import app.admin_login
 
-    monkeypatch.setattr("app.admin.WRONG_PASSWORD_DELAY_S", 0.01)
+    monkeypatch.setattr("app.admin_login.WRONG_PASSWORD_DELAY_S", 0.01)
     admin = built(ctx, AdminTab(ctx))
     clock = [1000.0]
-    admin.throttle = app.admin.LoginThrottle(clock=lambda: clock[0])
+    admin.login.throttle = app.admin_login.LoginThrottle(clock=lambda: clock[0])
     attacker = SimpleNamespace(client=SimpleNamespace(host="10.0.0.9"))
     owner = SimpleNamespace(client=SimpleNamespace(host="10.0.0.1"))
-    ok, message, *_ = admin.log_in("guess1", attacker)
+    ok, message, *_ = admin.login.log_in("guess1", attacker)
     assert "wrong password" in message
-    ok, message, *_ = admin.log_in("s3cret", attacker)  # even the right one waits its turn
+    ok, message, *_ = admin.login.log_in("s3cret", attacker)  # even the right one waits its turn
     assert ok is False and "too many wrong passwords" in message
-    for n in range(2, app.admin.MAX_LOGIN_FAILURES + 1):
-        clock[0] += app.admin.MAX_BACKOFF_S
-        assert "wrong password" in admin.log_in(f"guess{n}", attacker)[1]
-    clock[0] += app.admin.MAX_BACKOFF_S * 2
-    ok, message, *_ = admin.log_in("s3cret", attacker)
+    for n in range(2, app.admin_login.MAX_LOGIN_FAILURES + 1):
+        clock[0] += app.admin_login.MAX_BACKOFF_S
+        assert "wrong password" in admin.login.log_in(f"guess{n}", attacker)[1]
+    clock[0] += app.admin_login.MAX_BACKOFF_S * 2
+    ok, message, *_ = admin.login.log_in("s3cret", attacker)
     assert ok is False and "too many wrong passwords" in message  # locked out
-    assert admin.log_in("s3cret", owner)[0] is True  # another address is not
-    clock[0] += app.admin.LOCKOUT_S
-    assert admin.log_in("s3cret", attacker)[0] is True
+    assert admin.login.log_in("s3cret", owner)[0] is True  # another address is not
+    clock[0] += app.admin_login.LOCKOUT_S
+    assert admin.login.log_in("s3cret", attacker)[0] is True
     failures = [r for r in caplog.records if "admin login failed from 10.0.0.9" in r.getMessage()]
-    assert len(failures) == app.admin.MAX_LOGIN_FAILURES
+    assert len(failures) == app.admin_login.MAX_LOGIN_FAILURES

@@ -1,0 +1,183 @@
+"""What the co-write and co-code forms offer and what a filled-in form means: the task sources
+and their curated problems, the task a form describes (`chosen_task`, with what to change when it
+cannot be run), the roles of the team it describes, and the adapter versions a team can run."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import textwrap
+from dataclasses import replace
+
+import store
+from agents.roles import role_names
+from agents.tasks import (
+    HUMANEVAL_HELD_OUT,
+    MAX_PROMPT_CHARS,
+    Task,
+    TaskError,
+    abstract_tasks,
+    find_task,
+    humaneval_tasks,
+    longform_tasks,
+    xsum_tasks,
+)
+from app.context import AppContext
+from learner.registry import adapter_name, ensure_loaded, load_version
+
+MAX_PANES = 4
+SHAPE_LABELS = {
+    "parallel": "parallel: all agents at once (what MAGRPO trains)",
+    "single": "single agent (baseline)",
+    "naive_concat": "naive concat: same prompt, parts joined (baseline)",
+    "sequential_pipeline": "sequential pipeline: each sees those before (baseline)",
+    "one_round_discussion": "one-round discussion: draft, then revise (baseline)",
+}
+SOURCES = {
+    "writing": [
+        ("Your own request", "free"),
+        ("Summarize a news article (XSum)", "xsum"),
+        ("Write an abstract for a paper title", "abstracts"),
+        ("Write a 4-section article (Wikipedia outline)", "longform"),
+        ("Your own article, section by section", "own_longform"),
+    ],
+    "coding": [
+        ("A HumanEval problem", "humaneval"),
+        ("Your own problem and tests", "user"),
+    ],
+}
+CURATED = {"humaneval", "xsum", "abstracts", "longform"}
+EXAMPLE_SECTIONS = """Introduction: what a test is and why it matters
+Costs: the time tests take to write and run
+Benefits: bugs caught early, safer changes, a worked example
+Advice: where to start in an untested program"""
+ONE_TEAM, AB = "One team", "A/B: two teams side by side"
+EXAMPLE_PROBLEM = '''def count_vowels(text: str) -> int:
+    """Return how many vowels (a, e, i, o, u, either case) `text` has.
+    >>> count_vowels("Hello World")
+    3
+    """
+'''
+EXAMPLE_TESTS = """assert count_vowels("Hello World") == 3
+assert count_vowels("") == 0
+assert count_vowels("AEIOU xyz") == 5
+"""
+
+
+@functools.cache
+def problem_choices(source: str) -> list[tuple[str, str]]:
+    """(label, problem id) for each curated task of `source`, as `find_task` takes them."""
+    if source == "humaneval":
+        held_out = " (held out for evaluation)"
+        return [
+            (f"{t.source_id} · {t.entry_point}" + held_out * (i in HUMANEVAL_HELD_OUT), str(i))
+            for i, t in enumerate(humaneval_tasks())
+        ]
+    if source == "longform":
+        return [
+            (
+                f"{t.source_id} · {t.extra['title']}"
+                + " (held out)" * (t.extra["split"] != "train"),
+                f"longform/{t.source_id}",
+            )
+            for t in longform_tasks()
+        ]
+    tasks = {"xsum": xsum_tasks, "abstracts": abstract_tasks}[source]()
+    return [
+        (f"{t.source_id} · {textwrap.shorten(t.prompt, 70)}", f"{source}/{t.source_id}")
+        for t in tasks
+    ]
+
+
+def chosen_task(
+    kind: str, source: str, problem: str | None, prompt: str, tests: str, sections: str = ""
+) -> Task:
+    """The task the form describes; raises TaskError with what to change. `sections` (one a
+    line, `Heading: brief`; empty: the default outline) go with an own long-form request."""
+    if source in CURATED:
+        if not problem:
+            raise TaskError("pick a problem from the list first")
+        return find_task(kind, problem=problem)
+    if not (prompt or "").strip():
+        what = "paste a function signature with a docstring" if kind == "coding" else "type one"
+        raise TaskError(f"the prompt is empty: {what}")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise TaskError(
+            f"the prompt has {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}"
+        )
+    tests = tests if kind == "coding" and (tests or "").strip() else None
+    if tests and len(tests) > 4 * MAX_PROMPT_CHARS:
+        raise TaskError(
+            f"the tests have {len(tests):,} characters; the limit is {4 * MAX_PROMPT_CHARS:,}"
+        )
+    outline = (sections or "") if source == "own_longform" else None
+    task = find_task(kind, prompt=prompt, tests=tests, sections=outline)
+    # the same text is the same task: two teams' answers to it can be compared (A/B, scores)
+    own = f"{task.tests or ''}\0{task.extra.get('outline', '')}"
+    digest = hashlib.sha256(f"{task.kind}\0{task.prompt}\0{own}".encode()).hexdigest()
+    return replace(task, source_id=f"sha256:{digest[:16]}")
+
+
+def task_preview(kind: str, problem: str | None) -> str:
+    """The text of a curated task, to read before running it."""
+    if not problem:
+        return ""
+    try:
+        return find_task(kind, problem=problem).prompt
+    except TaskError as e:
+        return str(e)
+
+
+def adapter_choices(ctx: AppContext) -> list[tuple[str, str]]:
+    """The adapter versions a team can run: the serving ones, the base model, or version N."""
+    choices = [
+        ("serving versions (what training promoted)", "serving"),
+        ("base model for every agent", "base"),
+    ]
+    registered = ctx.registered_adapters()
+    for version in sorted({r["version"] for r in registered}):
+        names = [
+            f"{adapter_name(r['agent'], version)} {r['state']}"
+            for r in registered
+            if r["version"] == version
+        ]
+        choices.append((f"version {version}: {', '.join(names)}", f"v{version}"))
+    return choices
+
+
+def resolve_adapters(ctx: AppContext, choice: str, size: int) -> tuple[str | None, ...]:
+    """The server name each agent's requests go to, loading what the server lacks."""
+    if choice == "base":
+        return (None,) * size
+    with store.open_db(ctx.db_path) as db:
+        if choice in ("serving", None, ""):  # checked at each episode: a promotion routes here
+            return tuple(ensure_loaded(db, ctx.client, size))
+        version = int(choice.removeprefix("v"))
+        names = []
+        for agent in range(size):
+            try:
+                row = store.get_adapter(db, agent, version)
+            except store.NotFound:
+                names.append(None)  # this agent has no such version: it runs the base model
+                continue
+            names.append(adapter_name(agent, version))
+            load_version(ctx.client, names[-1], row["path"])
+    return tuple(names)
+
+
+def team_size(shape: str, size: int | str) -> int:
+    return 1 if shape == "single" else int(size)
+
+
+def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str]:
+    """The distinct role names of the team the form describes, in team order."""
+    form = (
+        "coding"
+        if kind == "coding"
+        else {"xsum": "summary", "abstracts": "expansion", "longform": "longform"}.get(
+            source.removeprefix("own_"), "free"
+        )
+    )
+    outline = [{"heading": "", "brief": ""}] * 4  # both long-form sources have 4 sections
+    stub = Task(kind=kind, form=form, prompt="", source="", extra={"outline": outline})
+    return list(dict.fromkeys(role_names(stub, shape, team_size(shape, size))))

@@ -1,0 +1,302 @@
+"""The lower half of a co-write or co-code tab: the status and turn log, a pane per agent that
+streams its tokens, the combined result, the tests table and the rating panel, or in A/B mode
+both teams' results and the vote. `ResultsArea` turns a running episode into updates of these
+views, and its rating buttons' event functions save what the person says."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable
+
+import gradio as gr
+
+from app import rating
+from app.context import AppContext
+from app.cowork_choices import MAX_PANES
+from app.live import LiveEpisode, TeamRun
+from app.ratings_panel import answered_by
+
+SCORES = ["1", "2", "3", "4", "5"]
+
+
+def display_code(text: str) -> str:
+    """An agent's reply as code: its ``` fence lines dropped, the rest as written."""
+    return "\n".join(line for line in text.splitlines() if not re.match(r"^\s*```", line))
+
+
+def tests_markdown(episode: LiveEpisode) -> str:
+    """Which test asserts passed, with the messages of those that did not."""
+    task = episode.run.task
+    if not task.tests:
+        return (
+            "**No tests for this problem**: the module was only checked to parse and define "
+            f"`{task.entry_point}`."
+        )
+    report = episode.tests
+    if report is None:
+        return "Tests: not run (the episode did not finish)."
+    head = f"**Tests: {report.passed} of {report.total} passed**"
+    if report.error:
+        head += f" — {report.error}"
+    rows = ["| | test | checked | message |", "|---|---|---|---|"]
+    for r in report.results:
+        source = r.source.splitlines()[-1].replace("|", "\\|")
+        message = (r.message or "").replace("|", "\\|").replace("\n", " ")
+        # a compared test's value was checked here; one checked inside could have been forged
+        checked = "value compared" if r.kind == "compared" else "inside the sandbox"
+        rows.append(
+            f"| {'✓' if r.passed else '✗'} | `{textwrap.shorten(source, 100)}` | {checked} "
+            f"| {textwrap.shorten(message, 160)} |"
+        )
+    return head + "\n\n" + "\n".join(rows)
+
+
+def turn_log(episode: LiveEpisode) -> str:
+    """Each finished turn's verdict and the feedback each agent was given for the next."""
+    lines = []
+    for verdict in episode.verdicts:
+        mark = "✓ done" if verdict["success"] else "⚠ not done"
+        lines.append(f"**Turn {verdict['turn'] + 1}: {mark}**")
+        if not verdict["done"]:
+            for pane, note in zip(episode.panes, verdict["feedback"], strict=False):
+                if note:
+                    lines.append(f"- feedback to {pane.role.title}: {note.replace(chr(10), ' ')}")
+    return "\n".join(lines)
+
+
+class ResultsArea:
+    """The views of the episode(s) a tab runs, and their rating buttons; `id` names elements."""
+
+    def __init__(self, ctx: AppContext, code: bool, id: Callable[[str], str]):
+        self.ctx, self.code, self.id = ctx, code, id
+
+    def build(self) -> None:
+        self.status = gr.Markdown("Pick a task and a team, then run it.", elem_id=self.id("status"))
+        self.turn_log = gr.Markdown(elem_id=self.id("turn-log"))
+        self.episode_id = gr.State(None)
+        self.ab_pair = gr.State(None)
+        self.build_team_area()
+        self.build_ab_area()
+
+    def build_team_area(self) -> None:
+        with gr.Column(visible=True) as self.team_area:
+            self.pane_boxes, self.panes, self.agent_thumbs = [], [], []
+            with gr.Row(equal_height=True):
+                for i in range(MAX_PANES):
+                    with gr.Column(visible=i < 2, min_width=240) as box:
+                        self.pane_boxes.append(box)
+                        self.panes.append(
+                            self.text_view(f"Agent {i + 1}", self.id(f"pane-{i}"), lines=14)
+                        )
+                        with gr.Row():
+                            up = gr.Button("✓ Good", size="sm", elem_id=self.id(f"agent-{i}-up"))
+                            down = gr.Button("✗ Bad", size="sm", elem_id=self.id(f"agent-{i}-down"))
+                        self.agent_thumbs.append((up, down))
+            what = "module" if self.code else "document"
+            self.result = self.text_view(
+                f"The team's combined {what} (edit it, then save your version below)",
+                self.id("result"),
+                lines=12,
+                interactive=True,
+            )
+            self.tests_view = gr.Markdown(visible=self.code, elem_id=self.id("tests-view"))
+            with gr.Column(
+                visible=False, elem_classes=["rating-panel"], elem_id=self.id("rating-panel")
+            ) as self.rating_panel:
+                gr.Markdown("### Rate the result")
+                with gr.Row():
+                    self.result_up = gr.Button("✓ Good result", elem_id=self.id("result-up"))
+                    self.result_down = gr.Button("✗ Bad result", elem_id=self.id("result-down"))
+                with gr.Row():
+                    self.score = gr.Radio(SCORES, label="Score (1-5)", elem_id=self.id("score"))
+                    self.comment = gr.Textbox(
+                        label="Comment (why?)", lines=2, elem_id=self.id("comment")
+                    )
+                with gr.Row():
+                    self.save_score = gr.Button(
+                        "Save score and comment", elem_id=self.id("save-score")
+                    )
+                    self.save_edit = gr.Button(
+                        f"Save my edited {what} as the preferred output",
+                        elem_id=self.id("save-edit"),
+                    )
+            self.rating_status = gr.Markdown(elem_id=self.id("rating-status"))
+
+    def build_ab_area(self) -> None:
+        with gr.Column(visible=False) as self.ab_area:
+            with gr.Row(equal_height=True):
+                self.ab_status, self.ab_views = [], []
+                for side in ("A (left)", "B (right)"):
+                    with gr.Column():
+                        key = side[0].lower()
+                        self.ab_status.append(
+                            gr.Markdown(f"**Team {side}**", elem_id=self.id(f"ab-status-{key}"))
+                        )
+                        self.ab_views.append(
+                            self.text_view(f"Team {side}", self.id(f"ab-view-{key}"), lines=16)
+                        )
+            with gr.Row(visible=False) as self.vote_row:
+                self.votes = {
+                    choice: gr.Button(label, elem_id=self.id(f"vote-{choice}"))
+                    for choice, label in [
+                        ("left", "⬅ A is better"),
+                        ("right", "B is better ➡"),
+                        ("tie", "Tie"),
+                        ("both_bad", "Both bad"),
+                    ]
+                }
+            self.vote_status = gr.Markdown(elem_id=self.id("vote-status"))
+
+    def text_view(self, label: str, elem_id: str, lines: int, interactive: bool = False):
+        if self.code:
+            return gr.Code(
+                language="python",
+                label=label,
+                lines=lines,
+                max_lines=lines + 10,
+                interactive=interactive,
+                elem_id=elem_id,
+            )
+        return gr.Textbox(
+            label=label, lines=lines, max_lines=lines + 10, interactive=interactive, elem_id=elem_id
+        )
+
+    def wire(self) -> None:
+        for i, (up, down) in enumerate(self.agent_thumbs):
+            up.click(self.thumbs(1, agent=i), self.episode_id, self.rating_status)
+            down.click(self.thumbs(-1, agent=i), self.episode_id, self.rating_status)
+        self.result_up.click(self.thumbs(1), self.episode_id, self.rating_status)
+        self.result_down.click(self.thumbs(-1), self.episode_id, self.rating_status)
+        self.save_score.click(
+            self.rate_score, [self.episode_id, self.score, self.comment], self.rating_status
+        )
+        self.save_edit.click(self.rate_edit, [self.episode_id, self.result], self.rating_status)
+        for choice, button in self.votes.items():
+            button.click(self.vote(choice), self.ab_pair, self.vote_status)
+
+    def run_outputs(self) -> list:
+        return [
+            self.status,
+            self.turn_log,
+            self.episode_id,
+            self.ab_pair,
+            *self.pane_boxes,
+            *self.panes,
+            self.result,
+            self.tests_view,
+            self.rating_panel,
+            self.rating_status,
+            *self.ab_status,
+            *self.ab_views,
+            self.vote_row,
+            self.vote_status,
+        ]
+
+    def reset_view(self, runs: list[TeamRun], ab: bool) -> dict:
+        updates = {
+            self.status: "Starting…",
+            self.turn_log: "",
+            self.episode_id: None,
+            self.ab_pair: None,
+            self.rating_panel: gr.update(visible=False),
+            self.rating_status: "",
+            self.vote_row: gr.update(visible=False),
+            self.vote_status: "",
+        }
+        if ab:
+            for view in self.ab_views:
+                updates[view] = ""
+            return updates
+        size = runs[0].agents
+        for i in range(MAX_PANES):
+            updates[self.pane_boxes[i]] = gr.update(visible=i < size)
+            updates[self.panes[i]] = gr.update(value="", label=f"Agent {i + 1}")
+        updates[self.result] = ""
+        updates[self.tests_view] = ""
+        return updates
+
+    def team_view(self, episode: LiveEpisode) -> dict:
+        updates = {self.status: episode.status(), self.turn_log: turn_log(episode)}
+        for i, pane in enumerate(episode.panes):
+            adapter = pane.adapter or "base model"
+            state = " · writing…" if pane.writing else ""
+            label = f"Agent {i + 1} · {pane.role.title} · {adapter} · {pane.tokens} tokens{state}"
+            text = display_code(pane.text) if self.code else pane.text
+            updates[self.panes[i]] = gr.update(value=text, label=label)
+        if episode.output:
+            updates[self.result] = episode.output
+        if episode.finished:
+            ok = episode.result is not None and not episode.error
+            updates[self.episode_id] = episode.episode_id if ok else None
+            updates[self.rating_panel] = gr.update(visible=ok)
+            if ok:
+                updates[self.status] += "\n\n" + answered_by(self.ctx, episode.episode_id)
+            if self.code:
+                updates[self.tests_view] = tests_markdown(episode) if ok else ""
+        return updates
+
+    def ab_view(self, episodes: list[LiveEpisode]) -> dict:
+        updates = {}
+        for side, episode, status, view in zip(
+            "AB", episodes, self.ab_status, self.ab_views, strict=True
+        ):
+            adapters = ", ".join(p.adapter or "base" for p in episode.panes)
+            lines = [
+                f"**Team {side}**: {episode.run.shape} · adapters {adapters}",
+                episode.status(),
+            ]
+            if episode.finished and episode.result is not None and not episode.error:
+                lines.append(answered_by(self.ctx, episode.episode_id))
+            updates[status] = "\n\n".join(lines)
+            if episode.result is not None:
+                updates[view] = episode.output
+            else:  # while it runs: every agent's text so far, one after another
+                updates[view] = "\n\n".join(
+                    f"{'# ' if self.code else ''}[{p.role.title}]\n{display_code(p.text) if self.code else p.text}"
+                    for p in episode.panes
+                )
+        if all(e.finished for e in episodes):
+            ok = all(e.result is not None and not e.error for e in episodes)
+            pair = (episodes[0].episode_id, episodes[1].episode_id) if ok else None
+            updates[self.ab_pair] = pair
+            updates[self.vote_row] = gr.update(visible=ok)
+            updates[self.status] = (
+                "Both teams are done: which result is better?"
+                if ok
+                else "⚠ A team failed; see its status above."
+            )
+        return updates
+
+    def thumbs(self, value: int, agent: int | None = None):
+        """The event function of a thumbs up or down button, on one agent's part or on the result."""
+        what = f"thumbs {'up' if value > 0 else 'down'} on " + (
+            f"agent {agent + 1}'s part" if agent is not None else "the result"
+        )
+
+        def rate(episode_id: int | None, request: gr.Request) -> str:
+            rater = rating.rater_of(request)
+            return rating.save_rating(
+                self.ctx, episode_id, "thumbs", what, rater, value=value, agent=agent
+            )
+
+        return rate
+
+    def rate_score(
+        self, episode_id: int | None, score: str | None, comment: str, request: gr.Request
+    ):
+        value = int(score) if score else None
+        return rating.save_score_and_comment(
+            self.ctx, episode_id, value, comment, rating.rater_of(request)
+        )
+
+    def rate_edit(self, episode_id: int | None, edited: str, request: gr.Request):
+        return rating.save_edit(self.ctx, episode_id, edited, rating.rater_of(request))
+
+    def vote(self, choice: str):
+        """The event function of one A/B vote button."""
+
+        def rate(pair: tuple[int, int] | None, request: gr.Request) -> str:
+            return rating.save_vote(self.ctx, pair, choice, rating.rater_of(request))
+
+        return rate
