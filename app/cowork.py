@@ -238,6 +238,7 @@ class CoworkTab:
             concurrency_id="episodes",
             concurrency_limit=EPISODE_SLOTS,
             show_progress="minimal",
+            api_name=self.results.api("run"),
         )
         self.results.wire()
 

@@ -163,17 +163,45 @@ class ResultsArea:
         )
 
     def wire(self) -> None:
+        """The rating buttons' events, each named in the HTTP API (`/cocode_score`, …)."""
         for i, (up, down) in enumerate(self.agent_thumbs):
-            up.click(self.thumbs(1, agent=i), self.episode_id, self.rating_status)
-            down.click(self.thumbs(-1, agent=i), self.episode_id, self.rating_status)
-        self.result_up.click(self.thumbs(1), self.episode_id, self.rating_status)
-        self.result_down.click(self.thumbs(-1), self.episode_id, self.rating_status)
+            for button, value, way in ((up, 1, "up"), (down, -1, "down")):
+                button.click(
+                    self.thumbs(value, agent=i),
+                    self.episode_id,
+                    self.rating_status,
+                    api_name=self.api(f"agent{i + 1}-thumbs-{way}"),
+                )
+        for button, value, way in ((self.result_up, 1, "up"), (self.result_down, -1, "down")):
+            button.click(
+                self.thumbs(value),
+                self.episode_id,
+                self.rating_status,
+                api_name=self.api(f"thumbs-{way}"),
+            )
         self.save_score.click(
-            self.rate_score, [self.episode_id, self.score, self.comment], self.rating_status
+            self.rate_score,
+            [self.episode_id, self.score, self.comment],
+            self.rating_status,
+            api_name=self.api("score"),
         )
-        self.save_edit.click(self.rate_edit, [self.episode_id, self.result], self.rating_status)
+        self.save_edit.click(
+            self.rate_edit,
+            [self.episode_id, self.result],
+            self.rating_status,
+            api_name=self.api("edit"),
+        )
         for choice, button in self.votes.items():
-            button.click(self.vote(choice), self.ab_pair, self.vote_status)
+            button.click(
+                self.vote(choice),
+                self.ab_pair,
+                self.vote_status,
+                api_name=self.api(f"vote-{choice}"),
+            )
+
+    def api(self, name: str) -> str:
+        """An event's name in the HTTP API: the element id with underscores (`cocode_score`)."""
+        return self.id(name).replace("-", "_")
 
     def run_outputs(self) -> list:
         return [

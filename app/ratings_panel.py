@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 import store
+from app.admin_login import PRIVATE
 from app.context import AppContext
 from learner.registry import adapter_name
 
@@ -129,9 +130,9 @@ class RatingsPanel:
             self.pick = gr.Dropdown([], label="Version", elem_id="admin-rating-pick")
             self.refresh = gr.Button("Refresh", elem_id="admin-rating-refresh")
         self.pairs = gr.Markdown(elem_id="admin-rating-pairs")
-        self.refresh.click(self.show, admin_ok, [self.table, self.pick])
-        admin_ok.change(self.show_when_unlocked, admin_ok, [self.table, self.pick])
-        self.pick.change(self.show_pairs, [admin_ok, self.pick], self.pairs)
+        self.refresh.click(self.show, admin_ok, [self.table, self.pick], **PRIVATE)
+        admin_ok.change(self.show_when_unlocked, admin_ok, [self.table, self.pick], **PRIVATE)
+        self.pick.change(self.show_pairs, [admin_ok, self.pick], self.pairs, **PRIVATE)
 
     def show(self, admin_ok: bool):
         if not admin_ok:

@@ -388,6 +388,21 @@ def test_the_whole_page_builds_with_a_queue_for_episodes(ctx):
     assert len(runs) == 2 and all(d.concurrency_limit == 4 for d in runs)
 
 
+def test_running_and_rating_are_named_in_the_http_api_and_admin_is_not(ctx):
+    """Scripts and `bench/load.py` drive the page through these names (gradio_client)."""
+    endpoints = build_app(ctx).get_api_info()["named_endpoints"]
+    for tab in ("cowrite", "cocode"):
+        run = {p["label"] for p in endpoints[f"/{tab}_run"]["parameters"]}
+        assert {"Task", "Team shape", "Team size", "Tokens per agent call"} <= run
+        score = endpoints[f"/{tab}_score"]["parameters"]
+        assert [p["parameter_name"] for p in score] == ["score", "comment"]  # episode: session
+        for name in ("thumbs_up", "thumbs_down", "agent1_thumbs_up", "edit", "vote_left"):
+            assert f"/{tab}_{name}" in endpoints
+    admin = ["/log_in", "/retrain_now", "/promote_version", "/rollback_agent", "/export_data"]
+    admin += ["/show", "/show_pairs", "/show_when_unlocked"]  # the ratings panel
+    assert not [name for name in admin if name in endpoints]  # admin events are private
+
+
 def test_the_page_warns_everyone_when_the_sandbox_is_weak(ctx, monkeypatch):
     from agents import sandbox
 
