@@ -15,6 +15,7 @@ from app.admin_login import PRIVATE, require  # noqa: E402
 from app.admin_training import runs_table  # noqa: E402
 from app.context import AppContext  # noqa: E402
 from learner.registry import adapter_name, promote, rollback  # noqa: E402
+from learner.report import training_curve_figure  # noqa: E402
 
 ADAPTER_COLUMNS = [
     "adapter",
@@ -68,7 +69,6 @@ def run_choices(ctx: AppContext) -> list[tuple[str, int]]:
 
 def reward_curve(ctx: AppContext, run_id: int | None):
     """Mean and best joint reward per training step of one run (a matplotlib figure)."""
-    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
     history = []
     if run_id is not None:
         with store.open_db(ctx.db_path) as db:
@@ -76,20 +76,7 @@ def reward_curve(ctx: AppContext, run_id: int | None):
                 history = store.get_training_run(db, int(run_id))["metrics"].get("history", [])
             except store.NotFound:
                 history = []
-    if history:
-        steps = [h["step"] for h in history]
-        ax.plot(steps, [h["reward_mean"] for h in history], marker="o", label="mean joint reward")
-        ax.plot(steps, [h["reward_max"] for h in history], ls="--", alpha=0.6, label="best sample")
-        ax.legend(loc="best", fontsize=8)
-        ax.set_title(f"Training run {run_id}")
-    else:
-        ax.set_title("No training run with steps yet")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("joint reward")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return training_curve_figure(history, f"Training run {run_id}")
 
 
 def version_curve(ctx: AppContext):

@@ -284,22 +284,22 @@ def _save(fig, path: Path) -> Path:
 # -- training curve --------------------------------------------------------------------------
 
 
-def plot_training_curve(
-    history: list[dict], path: str | Path, title: str = "MAGRPO", pass_steps: int | None = None
-) -> Path:
-    """Write the reward curve of a run (`history` as `learner.train.train` returns it).
+def training_curve_figure(
+    history: list[dict], title: str = "MAGRPO", pass_steps: int | None = None
+):
+    """The reward curve of a run (`history` as `learner.train.train` returns it): mean and best
+    joint reward per step, as a matplotlib figure (closed, for `gr.Plot` or `savefig`).
 
     With `pass_steps` (steps per pass over a small task set that training cycles through), the
     mean of each pass is drawn at its last step: passes see the same tasks, so they compare; a
     moving mean of 3 steps otherwise.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
     steps = [h["step"] for h in history]
     means = [h["reward_mean"] for h in history]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    ax.plot(steps, means, marker="o", label="mean joint reward")
-    ax.plot(steps, [h["reward_max"] for h in history], ls="--", alpha=0.6, label="best sample")
+    if history:
+        ax.plot(steps, means, marker="o", label="mean joint reward")
+        ax.plot(steps, [h["reward_max"] for h in history], ls="--", alpha=0.6, label="best sample")
     if pass_steps and len(history) >= 2 * pass_steps:
         ends = range(pass_steps, len(history) + 1, pass_steps)
         per_pass = [sum(means[end - pass_steps : end]) / pass_steps for end in ends]
@@ -316,10 +316,20 @@ def plot_training_curve(
         ax.plot(steps, smooth, lw=2, alpha=0.8, label=f"moving mean ({window})")
     ax.set_xlabel("training step")
     ax.set_ylabel("joint reward")
-    ax.set_title(title)
+    ax.set_title(title if history else "No training run with steps yet")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    if history:
+        ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
     plt.close(fig)
+    return fig
+
+
+def plot_training_curve(
+    history: list[dict], path: str | Path, title: str = "MAGRPO", pass_steps: int | None = None
+) -> Path:
+    """Write `training_curve_figure` of a run to `path` (a PNG)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    training_curve_figure(history, title, pass_steps).savefig(path)
     return path
