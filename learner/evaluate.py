@@ -60,11 +60,12 @@ import numpy as np
 from scipy import stats
 
 import store
+from agents.episode_result import EpisodeResult
 from agents.feedback import parse_check, sandbox_check
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
+from agents.team import GREEDY, Policy, Sampling, run_episode, run_group
 from learner.rewards import defines_with_return, score_episode
 from store.paths import default_db_path
 
