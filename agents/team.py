@@ -20,7 +20,8 @@ feedback for each agent's next observation; the episode ends on success or at th
 Agents acting at once are Send tasks, which LangGraph runs in threads: their requests reach the
 server together and it batches them. Nodes stream per-agent tokens through LangGraph's "custom"
 stream mode; `run_episode` reads the "updates" stream to record each agent's turn in the store
-as soon as it is done, so all database writes happen in the caller's thread.
+as soon as it is done, so all database writes happen in the caller's thread. It returns an
+`EpisodeResult` (agents/episode_result.py); `run_group` runs a MAGRPO group of them at once.
 
 The policy is anything with `generate(requests, on_token) -> completions`, like `PolicyClient`.
 """
@@ -33,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Protocol, TypedDict
@@ -45,6 +46,7 @@ from sqlite_utils import Database
 
 import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
+from agents.episode_result import EpisodeResult, Step
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
 from agents.outline import assemble, document_sections, outline_of
 from agents.policy import Completion, Request
@@ -62,7 +64,6 @@ from agents.roles import (
     team_roles,
 )
 from agents.tasks import Task, save_task
-from agents.testrun import TestReport
 
 Event = dict[str, Any]
 
@@ -108,23 +109,6 @@ class Team:
     def rounds(self) -> int:
         """Agent calls per agent per turn."""
         return 2 if self.shape == "one_round_discussion" else 1
-
-
-class Step(TypedDict):
-    """One agent call: what the agent saw (its exact messages) and what it wrote."""
-
-    agent: int
-    role: str
-    turn: int
-    round: int  # 0; 1 for the revision of one_round_discussion
-    messages: list[dict]
-    text: str
-    adapter: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    finish_reason: str | None
-    completion: Completion  # everything the server returned for this call
 
 
 class View(TypedDict):
@@ -377,69 +361,6 @@ def initial_state(team: Team) -> TeamState:
 
 
 # -- running and recording an episode --------------------------------------------------------
-
-
-@dataclass
-class EpisodeResult:
-    """A finished episode: every agent call with its exact messages, and the team's result."""
-
-    episode_id: int
-    task_id: int
-    task: Task
-    shape: str
-    roles: list[Role]
-    adapters: list[str | None]
-    steps: list[Step]  # in order of turn, round, agent
-    output: str
-    success: bool
-    turns: int
-    wall_time_s: float
-    assessments: list[dict] = field(default_factory=list)
-    token_budget: int = 256  # a single agent's output-token budget: per-call limit × turn limit
-
-    @property
-    def test_report(self) -> TestReport | None:
-        """The environment's test run on the final output (None if its checker ran no tests)."""
-        return self.assessments[-1].get("report") if self.assessments else None
-
-    def final_steps(self) -> list[Step]:
-        """Each agent's last call, by agent index: the parts the final output was made from."""
-        last = {step["agent"]: step for step in self.steps}
-        return [last[i] for i in range(len(self.roles))]
-
-    def summary(self) -> dict:
-        """The episode as one JSON-ready dict (what `coteam episode --json` prints)."""
-        agents = []
-        for i, (role, adapter) in enumerate(zip(self.roles, self.adapters, strict=True)):
-            own = [s for s in self.steps if s["agent"] == i]
-            agents.append(
-                {
-                    "agent": i,
-                    "role": role.name,
-                    "adapter": adapter,
-                    "text": own[-1]["text"],
-                    "prompt_tokens": sum(s["prompt_tokens"] for s in own),
-                    "completion_tokens": sum(s["completion_tokens"] for s in own),
-                    "latency_s": round(sum(s["latency_s"] for s in own), 3),
-                    "calls": len(own),
-                }
-            )
-        return {
-            "episode_id": self.episode_id,
-            "task_id": self.task_id,
-            "task": {
-                "kind": self.task.kind,
-                "form": self.task.form,
-                "source": self.task.source,
-                "source_id": self.task.source_id,
-            },
-            "shape": self.shape,
-            "agents": agents,
-            "output": self.output,
-            "success": self.success,
-            "turns": self.turns,
-            "wall_time_s": round(self.wall_time_s, 3),
-        }
 
 
 def make_team(

@@ -25,7 +25,9 @@ import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.sandbox import Limits, SandboxError, SandboxResult, run_untrusted
+from agents.sandbox import run_untrusted
+from agents.sandbox_limits import Limits
+from agents.sandbox_result import SandboxError, SandboxResult
 
 HARNESS = Path(__file__).parent / "harness" / "runner.py"
 INSIDE_WEIGHT = 0.5  # a test checked beside the program counts half of a compared one

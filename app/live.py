@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import store
+from agents.episode_result import EpisodeResult
 from agents.feedback import sandbox_check
 from agents.policy import PolicyError
 from agents.roles import Role, team_roles
 from agents.tasks import Task, TaskError
-from agents.team import EpisodeResult, Policy, Sampling, run_episode
+from agents.team import Policy, Sampling, run_episode
 from agents.testrun import TestReport
 from learner.rewards import score_episode
 

@@ -48,11 +48,12 @@ from pathlib import Path
 from typing import Any
 
 import store
+from agents.episode_result import EpisodeResult
 from agents.feedback import parse_check, sandbox_check
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY, EpisodeResult, Policy, Sampling, run_episode, run_group
+from agents.team import GREEDY, Policy, Sampling, run_episode, run_group
 from learner.coding_reward import defines_with_return
 from learner.eval_stats import summarize
 from learner.report import write_report

@@ -118,7 +118,7 @@ def score_episode(
     human_rating: float | None = None,
     db: Database | str | Path | None = None,
 ) -> Scored:
-    """Score one finished episode (`agents.team.EpisodeResult`) and, given `db` (a connection or a
+    """Score one finished episode (`agents.episode_result.EpisodeResult`) and, given `db` (a connection or a
     path), record it in the store. Every caller scores through here.
 
     Coding uses the test report the environment made during the episode (`result.test_report`);

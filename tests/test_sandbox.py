@@ -17,13 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents.sandbox import (
-    SANDBOX_UID_BASE,
-    SANDBOX_UID_SPAN,
-    Limits,
-    SandboxResult,
-    run_untrusted,
-)
+from agents.sandbox import run_untrusted
+from agents.sandbox_limits import SANDBOX_UID_BASE, SANDBOX_UID_SPAN, Limits
+from agents.sandbox_result import SandboxError, SandboxResult
 from agents.testrun import run_tests, split_check
 from tests.conftest import process_group_alive
 
@@ -495,7 +491,7 @@ def test_as_an_ordinary_user_generated_code_is_refused_unless_opted_in(monkeypat
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
     monkeypatch.delenv(sandbox.WEAK_SANDBOX_ENV, raising=False)
     assert sandbox.isolation_level()[0] == "weak"
-    with pytest.raises(sandbox.SandboxError, match="--allow-weak-sandbox"):
+    with pytest.raises(SandboxError, match="--allow-weak-sandbox"):
         run_untrusted("print('ran')")
     report = run_the_tests("def f():\n    return 1\n", "assert f() == 1\n", "f")
     assert (report.passed, report.total) == (0, 1)

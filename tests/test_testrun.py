@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from agents.feedback import sandbox_check
-from agents.sandbox import SandboxResult
+from agents.sandbox_result import SandboxResult
 from agents.tasks import Task
 from agents.testrun import (
     COMPARED,

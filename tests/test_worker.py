@@ -107,7 +107,8 @@ def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
 
 
 def test_coteam_train_flags_start_from_the_one_config():
-    from app.cli import _train_args, build_parser
+    from app.cli import build_parser
+    from app.commands_train import _train_args
     from learner.train import TrainArgs
 
     parser = build_parser()

@@ -1,0 +1,129 @@
+"""Runs as root (or as the app's user) between fork and the program: joins the run's cgroups,
+enters the namespaces, mounts the tmpfs folders, sets the rlimits, switches to the throw-away uid,
+loads the syscall filter, reports the active layers on the status pipe, then execs the sandboxed
+interpreter. agents/sandbox.py passes this file's text with `python -I -S -c`, the JSON config and
+the status fd as arguments; it is never imported."""
+
+import ctypes
+import json
+import os
+import resource
+import sys
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS = 38
+
+cfg = json.loads(sys.argv[1])
+status_fd = int(sys.argv[2])
+folder, uid = cfg["folder"], cfg["uid"]
+layers = []
+try:
+    if cfg["seccomp"]:  # imported before tmpfs covers /tmp: the app may be installed under it
+        sys.path.insert(0, cfg["seccomp"]["path"])
+        import pyseccomp as sc
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret, what):
+        if ret != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    def mount_tmpfs(path, options):
+        check(
+            libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()),
+            "mount tmpfs on " + path,
+        )
+
+    for path in cfg["cgroups"]:  # before anything else: every process it starts is counted
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    if cfg["cgroups"]:
+        layers.append(
+            f"cgroup: the whole run within {cfg['memory_mb']} MiB of memory (memfd and "
+            f"tmpfs included) and {cfg['processes']} processes"
+        )
+    if uid is not None:
+        check(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare network and IPC")
+        layers.append("network: empty network namespace")
+        layers.append("ipc: private System V IPC namespace (nothing outlives the run)")
+        if (
+            libc.unshare(CLONE_NEWNS) == 0
+            and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
+        ):
+            files = {}
+            for name in os.listdir(folder):
+                with open(os.path.join(folder, name), "rb") as f:
+                    files[name] = f.read()
+            for path in cfg["world_writable"]:
+                if os.path.isdir(path):
+                    mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
+            os.makedirs(folder, exist_ok=True)
+            mount_tmpfs(folder, f"size={cfg['disk_mb']}m,mode=0700,uid={uid},gid={uid}")
+            for name, data in files.items():
+                path = os.path.join(folder, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                os.chown(path, uid, uid)
+            layers.append(
+                f"mounts: private {cfg['disk_mb']} MiB tmpfs folder; 4 MiB tmpfs over "
+                "/tmp, /var/tmp, /dev/shm, /run/lock"
+            )
+            if libc.unshare(CLONE_NEWPID) == 0:
+                child = os.fork()
+                if child:  # this launcher waits outside the namespace and ends as its child did
+                    os.close(status_fd)
+                    null = os.open(os.devnull, os.O_RDWR)
+                    for fd in (0, 1, 2):
+                        os.dup2(null, fd)
+                    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                    status = os.waitpid(child, 0)[1]
+                    if os.WIFSIGNALED(status):
+                        import signal
+
+                        signum = os.WTERMSIG(status)
+                        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+                            signal.signal(signum, signal.SIG_DFL)
+                        os.kill(os.getpid(), signum)
+                    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+                # pid 1 of a new namespace: when it ends, the kernel ends every process it left
+                check(
+                    libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+                    "mount /proc",
+                )
+                layers.append(
+                    "pid: own PID namespace and /proc (host processes are invisible; "
+                    "all of it ends with the program)"
+                )
+    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
+        layers.append("network: empty network namespace (user namespace)")
+        layers.append("ipc: private System V IPC namespace (user namespace)")
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for name, value in cfg["rlimits"].items():
+        soft, hard = value
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    layers.append("rlimits: " + ", ".join(sorted(cfg["rlimits"])))
+    rules = None
+    if cfg["seccomp"]:
+        rules = sc.SyscallFilter(sc.ALLOW)
+        for name in cfg["seccomp"]["refused"]:
+            rules.add_rule(sc.ERRNO(1), name)
+        for flag in cfg["seccomp"]["clone_flags"]:
+            rules.add_rule(sc.ERRNO(1), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        rules.add_rule(sc.ERRNO(38), "clone3")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        layers.append(f"user: throw-away uid {uid}")
+    os.chdir(folder)
+    if rules is not None:  # last: the launcher itself needed mount, unshare and setuid
+        rules.load()
+        layers.append("syscall filter: namespaces, mounts, SysV IPC, keys, ptrace, bpf refused")
+    os.write(status_fd, json.dumps({"layers": layers}).encode())
+except BaseException as e:
+    os.write(status_fd, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+    os._exit(125)
+os.close(status_fd)
+os.execve(cfg["python"], cfg["argv"], cfg["env"])

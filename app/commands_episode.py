@@ -1,0 +1,189 @@
+"""The commands that run teams: `coteam episode` (one episode, streamed to the terminal by
+`EpisodePrinter`) and `coteam eval` (team shapes and adapter versions compared on a task set)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import logging
+import signal
+import sys
+
+
+class EpisodePrinter:
+    """Prints a running episode: one agent's tokens live at a time, the others' held back and
+    printed whole when their turn on screen comes, then each turn's verdict and the result."""
+
+    def __init__(self, out=sys.stdout):
+        self.out = out
+        self.queue: list[tuple] = []  # agent calls in the order they started
+        self.text: dict[tuple, str] = {}
+        self.finished: set[tuple] = set()
+        self.roles: list[str] = []
+
+    def __call__(self, event: dict) -> None:
+        kind = event["event"]
+        key = (event.get("turn"), event.get("round"), event.get("agent"))
+        if kind == "episode_start":
+            self.roles = event["roles"]
+            self.write(
+                f"episode {event['episode_id']}: {event['shape']} team ({', '.join(self.roles)})\n"
+            )
+        elif kind == "agent_start":
+            self.queue.append(key)
+            self.text[key] = ""
+            if len(self.queue) == 1:
+                self.header(key)
+        elif kind == "token":
+            self.text[key] += event["text"]
+            if self.queue and self.queue[0] == key:
+                self.write(event["text"])
+        elif kind == "agent_done":
+            self.finished.add(key)
+            while self.queue and self.queue[0] in self.finished:
+                self.queue.pop(0)
+                self.write("\n")
+                if self.queue:
+                    self.header(self.queue[0])
+                    self.write(self.text[self.queue[0]])
+        elif kind == "turn_end":
+            verdict = "done" if event["success"] else "not done"
+            self.write(f"\n== turn {event['turn'] + 1}: {verdict}\n")
+            for agent, note in enumerate(event["feedback"]):
+                if note and not event["done"]:
+                    self.write(f"   feedback to agent {agent}: {note}\n")
+
+    def header(self, key: tuple) -> None:
+        turn, round_, agent = key
+        revision = " revision" if round_ else ""
+        self.write(f"\n--- agent {agent} ({self.roles[agent]}), turn {turn + 1}{revision}\n")
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+
+def episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
+    """A client of the server at --vllm-url, or of a managed server stopped when `stack` closes."""
+    from agents.server import ServerConfig, connect_or_start
+
+    config = ServerConfig(model=args.model, served_name=args.served_name, agents=4)
+    progress = functools.partial(print, file=sys.stderr)  # stdout carries the episode
+    return stack.enter_context(connect_or_start(args.vllm_url, config, progress=progress))
+
+
+def cmd_episode(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from agents.policy import PolicyError
+    from agents.roles import load_prompts
+    from agents.tasks import find_task
+    from agents.team import GREEDY, Sampling, run_episode
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
+    if not args.verbose:  # a log line per HTTP request would drown the streamed text
+        logging.getLogger().setLevel(logging.WARNING)
+    try:
+        prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
+        tests = Path(args.tests_file).read_text() if args.tests_file else None
+        sections = "\n".join(args.section) if args.section is not None else None
+        task = find_task(
+            args.task, problem=args.problem, prompt=prompt, tests=tests, sections=sections
+        )
+        adapters = {}
+        for item in args.adapter:
+            agent, _, name = item.partition("=")
+            if not agent.isdigit() or not name:
+                raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 0=agent0-v3")
+            adapters[int(agent)] = name
+        base = GREEDY if args.greedy else Sampling()
+        sampling = Sampling(
+            temperature=base.temperature if args.temperature is None else args.temperature,
+            top_p=base.top_p if args.top_p is None else args.top_p,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+        )
+        prompts = load_prompts(args.roles_file) if args.roles_file else None
+        with contextlib.ExitStack() as stack:
+            policy = episode_policy(args, stack)
+            result = run_episode(
+                task,
+                policy,
+                shape=args.shape,
+                agents=args.agents,
+                turns=args.turns,
+                adapters=adapters,
+                sampling=sampling,
+                prompts=prompts,
+                db=args.db,
+                on_event=None if args.json else EpisodePrinter(),
+            )
+    except (OSError, ValueError, PolicyError) as e:
+        print(f"coteam episode: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    else:
+        tokens = sum(s["completion_tokens"] for s in result.steps)
+        print(f"\n=== result (episode {result.episode_id})\n{result.output}")
+        print(
+            f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
+            f"{result.wall_time_s:.1f} s, {tokens} tokens written"
+        )
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import shlex
+
+    from agents.policy import PolicyError
+    from learner.evaluate import (
+        BASE_VARIANT,
+        EvalConfig,
+        EvalError,
+        parse_variant,
+        pending,
+        run_eval,
+    )
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
+    if not args.verbose:  # one line per request would hide the progress bar
+        for name in ("httpx", "httpx2"):  # openai's client logs through httpx2
+            logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        # the base model is always the first variant: what trained adapters are compared with
+        variants = dict(parse_variant(text) for text in [BASE_VARIANT, *(args.adapters or [])])
+        config = EvalConfig(
+            task=args.task,
+            split=args.split,
+            writing_set=args.writing_set,
+            limit=args.limit,
+            shapes=tuple(s.strip() for s in args.shapes.split(",") if s.strip()),
+            agents=args.agents,
+            samples=args.samples,
+            turns=args.turns,
+            variants=variants,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            concurrency=args.concurrency,
+        )
+        command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
+        with contextlib.ExitStack() as stack:
+            # a finished run only rewrites its report: no server needed
+            policy = episode_policy(args, stack) if pending(config, args.out) else None
+            summary = run_eval(
+                config, policy, args.out, db=args.db, progress=not args.no_progress, command=command
+            )
+    except (OSError, EvalError, PolicyError) as e:
+        print(f"coteam eval: error: {e}", file=sys.stderr)
+        return 1
+    from learner.report import results_table
+
+    print(results_table(summary))
+    missing = f" ({summary['missing']} episodes missing: run again to retry)" * bool(
+        summary["missing"]
+    )
+    print(f"\n{summary['episodes']} episodes; report in {args.out}/report.md{missing}")
+    return 0

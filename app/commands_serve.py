@@ -1,0 +1,137 @@
+"""The commands that prepare, serve and inspect the app: `coteam setup`, `serve`, `doctor`,
+`check` (a module against tests in the sandbox) and `export` (the recorded data as a dataset)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    from agents.models import provision_model
+
+    provision_model(args.model)
+    return 0
+
+
+def allow_weak_sandbox(args: argparse.Namespace) -> None:
+    """With --allow-weak-sandbox as an ordinary user: run generated code anyway, after a warning."""
+    from agents.sandbox import WEAK_SANDBOX_ENV, WEAK_SANDBOX_WARNING
+
+    if args.allow_weak_sandbox and os.geteuid() != 0:
+        os.environ[WEAK_SANDBOX_ENV] = "1"
+        print(f"WARNING: {WEAK_SANDBOX_WARNING}", file=sys.stderr)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from agents.models import provision_model, resolve_model
+    from agents.policy import API_KEY_ENV
+    from agents.server import ServerConfig, connect_or_start
+    from app.context import AppContext, admin_password_from
+    from app.web import build_app, launch_app
+    from learner.train import TrainArgs
+    from learner.worker import LearnerWorker, Schedule
+    from store import open_db, recover_interrupted
+
+    allow_weak_sandbox(args)
+    password = admin_password_from(args.admin_password_file)
+    if password is None:
+        print("no admin password configured (COTEAM_ADMIN_PASSWORD or --admin-password-file): "
+              "the admin tab stays locked")  # fmt: skip
+    with open_db(args.db) as db:  # a crash last time leaves rows 'running': mark them so, once
+        recover_interrupted(db)
+    # SIGTERM (from a service manager or a test) must still run the exit that stops vLLM.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # what the learner trains; a server at --vllm-url serves its own copy of the model
+    model = resolve_model(args.model) if args.vllm_url else provision_model(args.model)
+    config = ServerConfig(
+        model=str(model), served_name=args.served_name, port=args.vllm_port, agents=args.agents
+    )
+    with connect_or_start(args.vllm_url, config) as client:
+        os.environ[API_KEY_ENV] = client.api_key  # for what this process starts
+        learner = LearnerWorker(
+            client,
+            model,
+            args.db,
+            TrainArgs(),
+            Schedule(args.every_ratings, args.every_minutes),
+        )
+        if args.every_ratings or args.every_minutes:
+            learner.start_schedule()
+        context = AppContext(
+            client, db_path=args.db, learner=learner, admin_password=password,
+            max_agents=args.agents,
+        )  # fmt: skip
+        demo = build_app(context)
+        print(f"CoTeam on http://{args.host}:{args.port}")
+        launch_app(demo, args.host, args.port)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from app.doctor import run_checks
+
+    return run_checks(args.model, args.vllm_url)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run a module against tests through the runner the team and the learner use."""
+    import json
+    from pathlib import Path
+
+    from agents.testrun import run_tests
+
+    texts = {}
+    for what, path in (("code", args.code), ("tests", args.tests)):
+        try:
+            texts[what] = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"cannot read the {what} file {path}: {e}") from e
+    allow_weak_sandbox(args)
+    entry_point = args.entry_point or _entry_point(texts["code"], texts["tests"])
+    report = run_tests(texts["code"], texts["tests"], entry_point, timeout=args.timeout)
+    if args.json:
+        print(json.dumps({"entry_point": entry_point, **report.to_dict()}, ensure_ascii=False))
+    else:
+        for r in report.results:
+            where = "compared outside" if r.kind == "compared" else "checked inside the sandbox"
+            line = f"{'ok  ' if r.passed else 'FAIL'} [{where}] {r.source.splitlines()[-1]}"
+            print(line + (f" -> {r.message}" if r.message else ""))
+        if report.error:
+            print(f"error: {report.error}")
+        print(f"{report.passed} of {report.total} tests passed ({entry_point})")
+    return 0 if report.total and report.passed == report.total else 1
+
+
+def _entry_point(code: str, tests: str) -> str:
+    """The function the tests are about: the module's first top-level function the tests name,
+    else its last top-level function."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        raise ValueError(f"the code does not parse: line {e.lineno}: {e.msg}") from e
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if not names:
+        raise ValueError("the code defines no function to test")
+    try:
+        test_names = {n.id for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Name)}
+    except SyntaxError as e:
+        raise ValueError(f"the tests do not parse: line {e.lineno}: {e.msg}") from e
+    return next((name for name in names if name in test_names), names[-1])
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from store import open_db
+    from store.export import export_dataset
+
+    with open_db(args.db) as db:
+        counts = export_dataset(db, args.format, args.out, progress=not args.no_progress)
+    print(
+        f"exported {counts['episodes']} episode(s) to {counts['episodes_path']} and "
+        f"{counts['preferences']} preference pair(s) to {counts['preferences_path']}"
+    )
+    return 0

@@ -1,0 +1,160 @@
+"""The commands that train the team and manage what it learned: `coteam train` (a MAGRPO run
+now), `coteam learner` (runs on a schedule) and `coteam adapters` (list, promote, roll back)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+
+from app.commands_episode import episode_policy
+
+
+def _train_args(args: argparse.Namespace):
+    """The run's config: TrainArgs' defaults, changed by the flags that were given; validated."""
+    from dataclasses import replace
+
+    from learner.train import TrainArgs
+    from learner.worker import with_overrides
+
+    base = TrainArgs()
+    gate = {"tasks": args.gate_tasks, "alpha": args.gate_alpha, "min_gain": args.gate_min_gain}
+    base = replace(
+        base, gate=replace(base.gate, **{k: v for k, v in gate.items() if v is not None})
+    )
+    return with_overrides(
+        base,
+        task=args.task,
+        steps=args.steps,
+        agents=args.agents,
+        turns=args.turns,
+        task_limit=args.task_limit,
+        group_size=args.group_size,
+        tasks_per_step=args.tasks_per_step,
+        learning_rate=args.lr,
+        max_new_tokens=args.max_tokens,
+        scale_advantages_by_std=args.std_scale,
+        clip_eps=args.clip_eps,
+        kl_coef=args.kl_coef,
+        seed=args.seed,
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agents.models import provision_model
+    from learner.report import plot_training_curve
+    from learner.run import execute_run, resume_run, start_run
+    from learner.train import steps_per_pass, training_tasks
+    from store import adapter_name
+    from store.paths import coteam_home
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    resume_from = None
+    if args.resume is not None:
+        run_id, train_args, resume_from = resume_run(args.db, args.resume)
+    else:
+        train_args = _train_args(args)
+        run_id = start_run(args.db, "cli", train_args)
+    curve = coteam_home() / "runs" / "curves" / f"run-{run_id}.png"
+    pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)
+    with contextlib.ExitStack() as stack:
+        client = episode_policy(args, stack)
+        base = provision_model(args.model)
+        bar = tqdm(total=train_args.steps, unit="step", desc=f"training run {run_id}")
+        history = []
+
+        def on_step(metrics: dict) -> None:
+            history.append(metrics)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", step_s=metrics["step_s"])
+            tqdm.write(
+                f"step {metrics['step']}: mean joint reward {metrics['reward_mean']:.3f} "
+                f"(best {metrics['reward_max']:.3f}, {metrics['step_s']:.0f} s)"
+                + ("" if metrics["updated"] else "; no signal, no update")
+            )
+            plot_training_curve(history, curve, f"training run {run_id}", pass_steps)
+
+        metrics = execute_run(
+            run_id, train_args, client, base, args.db, resume_from=resume_from, on_step=on_step,
+            run_gate=not args.no_gate, force_promote=args.force_promote,
+        )  # fmt: skip
+        bar.close()
+    if "gate" in metrics:
+        g = metrics["gate"]
+        print(
+            f"promotion gate on {g['tasks']} validation tasks: candidate {g['candidate_score']:.3f}"
+            f" vs serving {g['active_score']:.3f} (pass-rate drop p = {g['pass_drop_p']:.3f}): "
+            + ("promoted" if metrics["promoted"] else "rejected")
+        )
+    candidates = metrics.get("candidates") or {}
+    versions = ", ".join(adapter_name(a, v) for a, v in candidates.items()) or "none"
+    print(f"training run {run_id} done; candidates: {versions}; curve: {curve}")
+    return 0
+
+
+def cmd_adapters(args: argparse.Namespace) -> int:
+    from agents.policy import PolicyClient
+    from learner.registry import adapter_name, promote, rollback
+    from store import adapter_lineage, open_db
+
+    client = PolicyClient(args.vllm_url) if args.vllm_url else None
+    with open_db(args.db) as db:
+        if args.action == "list":
+            agents = sorted({r["agent"] for r in db["adapters"].rows})
+            if not agents:
+                print(
+                    "no adapters yet: every agent uses the base model (train with `coteam train`)"
+                )
+            for agent in agents:
+                for row in adapter_lineage(db, agent):
+                    parent = f"v{row['parent_version']}" if row.get("parent_version") else "base"
+                    reward = row["metrics"].get("train_reward")
+                    extra = f" train reward {reward:.3f}" if reward is not None else ""
+                    print(
+                        f"{adapter_name(agent, row['version']):12s} {row['state']:9s} "
+                        f"parent {parent:5s} {row['created_at']}{extra}  {row['path']}"
+                    )
+        elif args.action == "promote":
+            if args.agent is None or args.version is None:
+                raise ValueError("promote needs --agent and --version")
+            promote(db, client, args.agent, args.version)
+            print(f"{adapter_name(args.agent, args.version)} is active")
+        else:
+            if args.agent is None:
+                raise ValueError("rollback needs --agent")
+            row = rollback(db, client, args.agent)
+            now = adapter_name(args.agent, row["version"]) if row else "the base model"
+            print(f"agent {args.agent} rolled back: now serving {now}")
+    if client is None and args.action != "list":
+        print("(no --vllm-url: the running app loads the active version at its next episode)")
+    return 0
+
+
+def cmd_learner(args: argparse.Namespace) -> int:
+    import time
+
+    from agents.models import provision_model
+    from learner.worker import LearnerWorker, Schedule
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if not (args.every_ratings or args.every_minutes):
+        raise ValueError("give --every-ratings N and/or --every-minutes T")
+    with contextlib.ExitStack() as stack:
+        client = episode_policy(args, stack)
+        worker = LearnerWorker(
+            client,
+            provision_model(args.model),
+            args.db,
+            _train_args(args),
+            Schedule(args.every_ratings, args.every_minutes),
+        )
+        worker.start_schedule(poll_s=args.poll)
+        print(f"learner waiting (every {args.every_ratings} ratings / {args.every_minutes} min)")
+        while True:
+            time.sleep(60)
