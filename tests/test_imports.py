@@ -100,3 +100,15 @@ def test_imports_only_go_down_the_layers():
     assert upward == [], (
         f"upward imports (the layers are app -> learner -> agents -> store): {upward}"
     )
+
+
+MAX_LINES = 600  # a module longer than this does several jobs: split it by idea
+
+
+def test_no_module_is_over_600_lines():
+    long = {
+        name: lines
+        for name, path in project_modules().items()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these by idea: {long}"
