@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -77,9 +78,9 @@ def start_app(db_path: Path, port: int, log_path: Path, agents: int) -> subproce
 
 
 def vllm_leader(app_pid: int) -> psutil.Process | None:
-    """The managed vLLM server's group leader: the app's child whose command names vllm."""
-    for child in psutil.Process(app_pid).children():
-        if any("vllm" in part for part in child.cmdline()):
+    """The managed vLLM server's group leader: the app's child that runs `agents/vllm_guard.py`."""
+    for child in psutil.Process(app_pid).children(recursive=True):
+        if any("vllm_guard" in part for part in child.cmdline()):
             return child
     return None
 
@@ -109,15 +110,19 @@ def form(client: Client, tab: str, user: int, max_tokens: int) -> dict:
         "Temperature (0: greedy)": 0.0,
     }
     endpoint = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    parameters = endpoint[f"/{tab}_run"]["parameters"]
-    names = {p["label"]: p["parameter_name"] for p in parameters}
-    return {names[label]: value for label, value in by_label.items()}
+    return {
+        p["parameter_name"]: by_label.get(
+            p["label"], p["parameter_default"] if p["parameter_has_default"] else ""
+        )  # a box without a default is one the task does not use (own prompt, role edits)
+        for p in endpoint[f"/{tab}_run"]["parameters"]
+    }
 
 
 def warning_in(outputs) -> str | None:
-    """The page's warning among a run's final outputs ("⚠ …"), if it shows one."""
+    """The page's explanation among a run's final outputs: a refusal ("⚠ …") or a failed
+    episode ("✗ episode N failed …"), if it shows one."""
     for value in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
-        if isinstance(value, str) and "⚠" in value:
+        if isinstance(value, str) and ("⚠" in value or "✗" in value):
             return value.strip()
     return None
 
@@ -146,9 +151,9 @@ def user(url: str, index: int, args, t0: float) -> dict:
                 )
                 break
             attempt["outcome"] = "failed"
-            attempt["why"] = warning_in(outputs) or thumbs
+            attempt["why"] = warning_in(outputs)
             record["attempts"].append(attempt)
-            if "⚠" not in attempt["why"]:
+            if attempt["why"] is None:
                 record["unexplained"].append(f"neither a result nor a warning: {outputs!r:.300}")
                 break
             time.sleep(args.retry_wait)
@@ -231,7 +236,7 @@ def main() -> None:
         "killed_at_s": events.get("killed_at_s"),
         "users_completed": completed,
         "failed_attempts": len(refusals),
-        "failure_messages": sorted({m[:160] for m in refusals}),
+        "failure_messages": dict(Counter(re.sub(r"\d+(\.\d+)?", "N", m)[:200] for m in refusals)),
         "unexplained": unexplained,
         "users_without_answer": never,
         "tracebacks_in_app_log": tracebacks,
@@ -243,7 +248,7 @@ def main() -> None:
         f"{args.users} users, {seconds} s, vLLM: {figures['kill']}{killed}\n"
         f"  completed   {completed} users ({figures['episodes_by_status']} episodes in the store)\n"
         f"  failed      {len(refusals)} attempts, each explained by the page:\n"
-        + "".join(f"                {m}\n" for m in figures["failure_messages"])
+        + "".join(f"      {n:4d} ×  {m}\n" for m, n in figures["failure_messages"].items())
         + f"  ratings     {figures['ratings_confirmed']} confirmed, "
         f"{figures['ratings_stored']} stored, {figures['ratings_lost']} lost\n"
         f"  lost        {lost} (ratings lost + episodes left running + users with no answer)\n"
