@@ -38,6 +38,7 @@ class Request:
     seed: int | None = None
     stop: list[str] | None = None
     logprobs: bool = False  # also return token ids and the sampling log-probabilities (learner)
+    repetition_penalty: float = 1.0  # vLLM's (>1 discourages repeating tokens already present)
 
 
 @dataclass
@@ -101,9 +102,12 @@ class PolicyClient:
         start = time.perf_counter()
         first_token_s, pieces, usage, finish = None, [], None, None
         prompt_ids, token_ids, logprobs = None, [], []
-        extra = (
-            {"logprobs": True, "extra_body": {"return_token_ids": True}} if request.logprobs else {}
-        )
+        body = {"return_token_ids": True} if request.logprobs else {}
+        if request.repetition_penalty != 1.0:
+            body["repetition_penalty"] = request.repetition_penalty
+        extra = {"logprobs": True} if request.logprobs else {}
+        if body:
+            extra["extra_body"] = body
         try:
             stream = await client.chat.completions.create(
                 model=model,

@@ -83,6 +83,9 @@ class Sampling:
     max_tokens: int = 256
     seed: int | None = None  # with a seed, agent i samples with seed + i
     logprobs: bool = False  # return token ids and sampling log-probabilities (for the learner)
+    # > 1 discourages repeating what is already in the context (the model card's value is 1.1);
+    # greedy long-form writing otherwise falls into loops
+    repetition_penalty: float = 1.0
 
 
 GREEDY = Sampling(temperature=0.0, top_p=1.0)  # for evaluation
@@ -187,6 +190,7 @@ def act(team: Team, view: View) -> dict:
         top_p=s.top_p,
         seed=None if s.seed is None else s.seed + agent,
         logprobs=s.logprobs,
+        repetition_penalty=s.repetition_penalty,
     )
     [completion] = team.policy.generate(
         [request], on_token=lambda _, piece: write({"event": "token", **where, "text": piece})

@@ -211,6 +211,12 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument("--out", required=True, help="folder for episodes.jsonl, results.json, report")
     p.add_argument("--max-tokens", type=int, default=256, help="per agent call (default 256)")
     p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="vLLM's repetition penalty, 1 (none) to 2; the model card suggests 1.1 (default 1)",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         help="per-request sampling seeds for K > 1 (default none: vLLM-CPU's engine can die on "

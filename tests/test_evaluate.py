@@ -230,6 +230,12 @@ def test_config_and_variant_parsing():
     assert len(writing) == 30 and not {t.source_id for t in writing} & {t.source_id for t in train}
     assert EvalConfig().sampling.temperature == 0.0  # K=1 is greedy
     assert EvalConfig(samples=4).sampling.temperature == 0.8
+    penalised = EvalConfig(repetition_penalty=1.1)
+    assert penalised.sampling.repetition_penalty == 1.1 and penalised.sampling.temperature == 0.0
+    assert penalised.episode_settings()["repetition_penalty"] == 1.1  # a folder is one setting
+    assert "repetition_penalty" not in EvalConfig().episode_settings()  # older folders resume
+    with pytest.raises(EvalError, match="repetition-penalty"):
+        EvalConfig(repetition_penalty=0.5)
     assert EvalConfig(samples=4).sampling.seed is None  # seeded requests can kill vLLM-CPU
 
 

@@ -20,6 +20,16 @@ pytestmark = pytest.mark.integration
 PROMPT = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
 
 
+def test_a_repetition_penalty_reaches_the_server(policy):
+    """Greedy decoding of a prompt that asks for repetition: a strong penalty changes the text."""
+    ask = [{"role": "user", "content": "Write the word cat twenty times, separated by spaces."}]
+    plain, penalised = (
+        policy.generate([Request(ask, max_tokens=24, repetition_penalty=p)])[0].text
+        for p in (1.0, 1.8)
+    )
+    assert plain.lower().count("cat") > penalised.lower().count("cat")
+
+
 def test_base_model_streams_text_with_counts_and_latency(policy):
     pieces = []
     [done] = policy.generate(
