@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -521,6 +522,22 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         title = "; ".join(outline[k]["heading"] for k in mine)
         roles.append(Role(name, title, instructions, ask, words=(low, high), sections=tuple(mine)))
     return roles
+
+
+# A long-form writer's share of tokens per word of its upper target (English prose is about 1.3
+# tokens a word in Qwen's tokenizer; the rest is margin), plus a heading line per section.
+TOKENS_PER_WORD = 1.6
+HEADING_TOKENS = 16
+
+
+def token_share(role: Role) -> int | None:
+    """The most tokens a long-form writer needs for its sections: the upper end of its word target
+    and a heading line each. None for other roles (the run's `max_tokens` alone caps them).
+    A small model that falls into a loop stops at its share, not at the run's cap, so one
+    looping section no longer holds up the team (or, for `single`, one section the document)."""
+    if not role.sections or role.words is None:
+        return None
+    return math.ceil(role.words[1] * TOKENS_PER_WORD) + HEADING_TOKENS * len(role.sections)
 
 
 def section_words_of(task: Task) -> int:

@@ -62,6 +62,7 @@ from agents.roles import (
     Role,
     fill,
     team_roles,
+    token_share,
 )
 from agents.tasks import Task, save_task
 
@@ -182,10 +183,11 @@ def act(team: Team, view: View) -> dict:
     where = {"agent": agent, "turn": turn, "round": round}
     write({"event": "agent_start", **where, "role": team.roles[agent].name})
     s = team.sampling
+    share = token_share(team.roles[agent])
     request = Request(
         messages=view["messages"],
         adapter=team.adapters[agent],
-        max_tokens=s.max_tokens,
+        max_tokens=s.max_tokens if share is None else min(s.max_tokens, share),
         temperature=s.temperature,
         top_p=s.top_p,
         seed=None if s.seed is None else s.seed + agent,

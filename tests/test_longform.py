@@ -13,7 +13,7 @@ from agents.outline import (
     own_sections,
     structure_compliance,
 )
-from agents.roles import team_roles
+from agents.roles import team_roles, token_share
 from agents.tasks import (
     DEFAULT_OUTLINE,
     LONGFORM_WORDS,
@@ -128,6 +128,33 @@ def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
     assert structure_compliance(texts, task.extra["outline"], owners) == 0.75
     scored = score_episode(result)  # the one scoring path takes long-form documents
     assert scored.components["structure"] == 0.75 and 0 <= scored.reward <= 1
+
+
+def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_path):
+    """A looping section stops at its writer's share, not at the run's cap: four writers of one
+    section each get a quarter of what the single writer of all four gets (both under the cap)."""
+    from agents.team import Sampling, run_episode
+
+    task = longform_tasks("held_out")[0]
+    shares = {}
+    for shape, size in (("parallel", 4), ("single", 1)):
+        policy = ScriptedPolicy(section_reply)
+        run_episode(
+            task, policy, shape=shape, agents=size, adapters=adapters(size),
+            sampling=Sampling(max_tokens=4096), db=tmp_path / f"{shape}.db",
+        )  # fmt: skip
+        shares[shape] = [r.max_tokens for r in policy.requests]
+        roles = team_roles(task, shape, size)
+        assert shares[shape] == [token_share(role) for role in roles]
+        words = [role.words[1] for role in roles]
+        assert all(words[i] * 1.3 < shares[shape][i] < 4096 for i in range(size))
+    assert abs(sum(shares["parallel"]) - shares["single"][0]) <= 4  # the same work, dealt out
+    capped = ScriptedPolicy(section_reply)
+    run_episode(
+        task, capped, shape="parallel", agents=4, adapters=adapters(4),
+        sampling=Sampling(max_tokens=64), db=tmp_path / "capped.db",
+    )  # fmt: skip
+    assert [r.max_tokens for r in capped.requests] == [64] * 4  # the run's cap still holds
 
 
 def test_structure_compliance_and_headless_single_sections():
