@@ -46,7 +46,13 @@ import store  # noqa: E402
 from agents.server import free_port  # noqa: E402
 
 SAVED = re.compile(r"✓ Saved rating #(\d+): .* \(episode (\d+)\)")
-TASKS = {"cocode": ("humaneval", ["0", "2", "4", "7", "12"]), "cowrite": ("longform", ["0", "1"])}
+PROBLEMS = ["0", "2", "4", "7", "12"]  # Co-code: curated HumanEval problems
+REQUESTS = [  # Co-write: one's own article, section by section (the default outline)
+    "A short guide to brewing good coffee at home",
+    "Why every program deserves tests",
+    "How bicycles stay upright",
+    "What a city needs to be walkable",
+]
 
 
 def start_app(db_path: Path, port: int, log_path: Path, agents: int) -> subprocess.Popen:
@@ -98,12 +104,14 @@ def kill_vllm_later(app_pid: int, after_s: float, events: dict) -> None:
 
 
 def form(client: Client, tab: str, user: int, max_tokens: int) -> dict:
-    """The run's form as the page would send it (the tab's own task list, a team of 2, greedy),
-    keyed by the API's parameter names, found from the boxes' labels; the rest keep defaults."""
-    source, problems = TASKS[tab]
-    by_label = {
-        "Task": source,
-        "Problem" if tab == "cocode" else "Item": problems[user % len(problems)],
+    """The run's form as the page would send it (a curated problem on Co-code, one's own article
+    on Co-write; a team of 2, greedy), keyed by the API's parameter names, found from the boxes'
+    labels; the rest keep their defaults."""
+    if tab == "cocode":
+        task = {"Task": "humaneval", "Problem": PROBLEMS[user % len(PROBLEMS)]}
+    else:
+        task = {"Task": "own_longform", "Your request": REQUESTS[user % len(REQUESTS)]}
+    by_label = task | {
         "Team shape": "parallel",
         "Team size": 2,
         "Tokens per agent call": max_tokens,
@@ -167,10 +175,9 @@ def read_back(db_path: Path, records: list[dict]) -> dict:
     confirmed = {}
     for record in records:
         for message in record["ratings"]:
-            match = SAVED.search(message or "")
-            if match:
-                confirmed[int(match[1])] = int(match[2])
-            else:
+            matches = list(SAVED.finditer(message or ""))  # a score with a comment is two rows
+            confirmed |= {int(m[1]): int(m[2]) for m in matches}
+            if not matches:
                 record["unexplained"].append(f"rating not confirmed: {message!r:.200}")
     with store.open_db(db_path) as db:
         stored = {r["id"]: r["episode_id"] for r in db.query("select id, episode_id from ratings")}
