@@ -120,8 +120,8 @@ def form(client: Client, tab: str, user: int, max_tokens: int) -> dict:
     endpoint = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     return {
         p["parameter_name"]: by_label.get(
-            p["label"], p["parameter_default"] if p["parameter_has_default"] else ""
-        )  # a box without a default is one the task does not use (own prompt, role edits)
+            p["label"], p["parameter_default"] if p["parameter_has_default"] else None
+        )  # a box without a default is empty in the page too (the item list of another source)
         for p in endpoint[f"/{tab}_run"]["parameters"]
     }
 
