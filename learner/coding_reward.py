@@ -125,6 +125,15 @@ def _is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> boo
     )
 
 
+def parses(code: str) -> bool:
+    """Whether `code` is valid Python (the structure points' first condition)."""
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
+
+
 def defines_with_return(code: str, name: str) -> bool:
     """Whether `code` defines a top-level function `name` that returns a value."""
     try:

@@ -33,7 +33,6 @@ What is measured, per episode (`eval_stats.DEFINITIONS` is the text the report p
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import json
 import logging
@@ -54,7 +53,7 @@ from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, Policy, Sampling, run_episode, run_group
-from learner.coding_reward import defines_with_return
+from learner.coding_reward import defines_with_return, parses
 from learner.eval_stats import summarize
 from learner.report import write_report
 from learner.rewards import score_episode
@@ -210,7 +209,7 @@ def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
             "helper_called": reward["helper_called"] if team else None,
             "role_violations": reward["role_violations"] if team else None,
             "structure": float(
-                _parses(program) and all(defines_with_return(program, f) for f in needed)
+                parses(program) and all(defines_with_return(program, f) for f in needed)
             ),
             "asserts_passed": passed,
             "asserts_total": total,
@@ -236,14 +235,6 @@ def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
             }
     metrics["reward"] = scored.reward
     return metrics
-
-
-def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except SyntaxError:
-        return False
-    return True
 
 
 # -- running ---------------------------------------------------------------------------------

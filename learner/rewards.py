@@ -22,7 +22,6 @@ Every component is a float; `quality`, `coordination`, `speed` and `role_violati
 
 from __future__ import annotations
 
-import ast
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from sqlite_utils import Database
 
 import store
 from agents.testrun import TestReport, run_tests
-from learner.coding_reward import coding_reward
+from learner.coding_reward import coding_reward, parses
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.writing_reward import longform_reward, writing_reward
 
@@ -103,14 +102,6 @@ def critical_path_tokens(result) -> int:
     return sum(longest.values())
 
 
-def _parses(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except SyntaxError:
-        return False
-    return True
-
-
 def score_episode(
     result,
     weights: RewardWeights = RewardWeights(),  # noqa: B008
@@ -131,7 +122,7 @@ def score_episode(
     texts = [step["text"] for step in result.final_steps()]
     report = result.test_report
     if task.kind == "coding":
-        if report is None and task.tests and _parses(result.output):
+        if report is None and task.tests and parses(result.output):
             report = run_tests(result.output, task.tests, task.entry_point)
         components = coding_reward(
             [extract_code(text) for text in texts],
