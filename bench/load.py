@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per agent call")
     parser.add_argument("--kill-after", type=float, default=15.0, help="seconds into the load")
     parser.add_argument("--no-kill", action="store_true", help="leave the model server alone")
-    parser.add_argument("--attempts", type=int, default=4, help="runs a user tries at most")
+    parser.add_argument("--attempts", type=int, default=10, help="runs a user tries at most")
     parser.add_argument("--retry-wait", type=float, default=30.0, help="seconds between tries")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
@@ -229,7 +229,13 @@ def main() -> None:
         finally:
             os.killpg(app.pid, signal.SIGTERM)
             app.wait(timeout=60)
-            tracebacks = log_path.read_text(errors="replace").count("Traceback")
+            log_text = log_path.read_text(errors="replace")
+            tracebacks = log_text.count("Traceback")
+            server_lines = [  # the watchdog's account of the kill and the restart
+                line[:200]
+                for line in log_text.splitlines()
+                if re.search(r"vLLM (died|healthy|starting)|restarting vLLM", line)
+            ]
         figures = read_back(db_path, records)
 
     completed = sum(any(a["outcome"] == "completed" for a in r["attempts"]) for r in records)
@@ -247,6 +253,7 @@ def main() -> None:
         "unexplained": unexplained,
         "users_without_answer": never,
         "tracebacks_in_app_log": tracebacks,
+        "server_log": server_lines,
         "attempts": [a | {"user": r["user"]} for r in records for a in r["attempts"]],
     }
     lost = figures["ratings_lost"] + figures["episodes_left_running"] + len(never)
@@ -259,7 +266,8 @@ def main() -> None:
         + f"  ratings     {figures['ratings_confirmed']} confirmed, "
         f"{figures['ratings_stored']} stored, {figures['ratings_lost']} lost\n"
         f"  lost        {lost} (ratings lost + episodes left running + users with no answer)\n"
-        f"  unexplained {len(unexplained)}"
+        + "".join(f"  server      {line}\n" for line in server_lines)
+        + f"  unexplained {len(unexplained)}"
         + "".join(f"\n                {u[:200]}" for u in unexplained)
     )
     if args.json:
