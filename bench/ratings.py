@@ -2,9 +2,14 @@
 the store API the page uses, the learner retrains (its preference model learns from those
 ratings and scores every rollout), and held-out prompts are answered before and after.
 
-    rater typed   prefers code where every function has type hints and a docstring (the
-                  property); a tie when both or neither have it
-    rater none    the control: a coin flip, no preference
+    rater prefers   prefers the program that has the property; a tie when both or neither do
+    rater none      the control: a coin flip, no preference
+
+    property commented  the program has a comment (`# ...`): about half of the untrained
+                        team's programs do, so pairs disagree often enough to teach
+    property typed      every function has type hints and a docstring: the untrained team's
+                        programs all do (the contract's stubs have both), so nearly every
+                        pair is a tie (50 ratings: 49 ties) and nothing is learnt
 
 Measured on the first --held-out HumanEval held-out problems, greedy: how often the team's
 program has the property, and pass@1 (every test assert passes, run in the sandbox), before
@@ -13,20 +18,23 @@ an exact McNemar test (binomial on the prompts that changed) for each.
 
 Everything runs in a temporary COTEAM_HOME (its own database and adapter registry).
 
-Usage: python bench/ratings.py [--rater typed|none] [--ratings 4] [--held-out 4] [--steps 1]
-                               [--group-size 2] [--max-tokens 192] [--vllm-url URL] [--json PATH]
+Usage: python bench/ratings.py [--rater prefers|none] [--property commented|typed] [--ratings 4]
+                               [--held-out 4] [--steps 1] [--group-size 2] [--max-tokens 192]
+                               [--vllm-url URL] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import io
 import json
 import os
 import random
 import sys
 import tempfile
 import time
+import tokenize
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,7 +59,7 @@ from learner.train import TrainArgs, train  # noqa: E402
 AGENTS = 2
 
 
-def has_property(program: str) -> bool:
+def typed(program: str) -> bool:
     """Every function defined has annotated arguments, a return annotation and a docstring."""
     try:
         tree = ast.parse(extract_code(program))
@@ -66,15 +74,27 @@ def has_property(program: str) -> bool:
     )
 
 
-def vote(rater: str, left: str, right: str, rng: random.Random) -> str:
+def commented(program: str) -> bool:
+    """The program has at least one comment (a `#` token, not a `#` inside a string)."""
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(extract_code(program)).readline)
+        return any(t.type == tokenize.COMMENT for t in tokens)
+    except (tokenize.TokenError, SyntaxError):
+        return False
+
+
+PROPERTIES = {"commented": commented, "typed": typed}
+
+
+def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
     """The simulated rater's A/B choice: left, right or tie."""
     if rater == "none":
         return rng.choice(["left", "right"])
-    a, b = has_property(left), has_property(right)
+    a, b = has(left), has(right)
     return "tie" if a == b else ("left" if a else "right")
 
 
-def measure(client, adapters, tasks, db_path, max_tokens: int) -> list[dict]:
+def measure(client, adapters, tasks, db_path, max_tokens: int, has) -> list[dict]:
     """Greedy answers to the held-out tasks: the property and pass (all asserts) for each."""
     measured = []
     for task in tasks:
@@ -84,7 +104,7 @@ def measure(client, adapters, tasks, db_path, max_tokens: int) -> list[dict]:
         )  # fmt: skip
         report = score_episode(result, db=db_path).report  # the sandbox's, never the program's
         passed = report is not None and report.total > 0 and report.passed == report.total
-        measured.append({"property": has_property(result.output), "pass": passed})
+        measured.append({"property": has(result.output), "pass": passed})
     return measured
 
 
@@ -96,10 +116,10 @@ def mcnemar(before: list[bool], after: list[bool]) -> float:
 
 
 def experiment(client, model_path, db_path: Path, args) -> dict:
-    rng = random.Random(args.seed)
+    rng, has = random.Random(args.seed), PROPERTIES[args.property]
     held_out = split_tasks("coding", "held_out")[: args.held_out]
     t0 = time.perf_counter()
-    before = measure(client, [None] * AGENTS, held_out, db_path, args.max_tokens)
+    before = measure(client, [None] * AGENTS, held_out, db_path, args.max_tokens, has)
     print(f"before: measured {len(held_out)} held-out prompts", flush=True)
 
     sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=args.max_tokens)
@@ -110,7 +130,7 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
             task, client, 2, db=db_path, sampling=sampling, shape="parallel", agents=AGENTS,
             checker=sandbox_check,
         )  # fmt: skip
-        choice = vote(args.rater, left.output, right.output, rng)
+        choice = vote(args.rater, has, left.output, right.output, rng)
         votes[choice] += 1
         with store.open_db(db_path) as db:
             store.add_rating(
@@ -134,7 +154,7 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
         for agent, version in sorted(outcome["candidates"].items()):
             names.append(adapter_name(agent, version))
             load_version(client, names[-1], store.get_adapter(db, agent, version)["path"])
-    after = measure(client, names, held_out, db_path, args.max_tokens)
+    after = measure(client, names, held_out, db_path, args.max_tokens, has)
     rate = {
         key: [sum(m[key] for m in ms) / len(ms) for ms in (before, after)]
         for key in ("property", "pass")
@@ -145,6 +165,7 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
     }
     return {
         "rater": args.rater,
+        "property": args.property,
         "ratings": len(rated_tasks),
         "votes": votes,
         "held_out": len(held_out),
@@ -163,7 +184,8 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
-    parser.add_argument("--rater", choices=["typed", "none"], default="typed")
+    parser.add_argument("--rater", choices=["prefers", "none"], default="prefers")
+    parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
     parser.add_argument("--ratings", type=int, default=4, help="N: A/B pairs rated")
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
     parser.add_argument("--steps", type=int, default=1, help="training steps of the retrain")
@@ -188,7 +210,7 @@ def main() -> None:
         with connect_or_start(args.vllm_url, config) as client:
             figures = experiment(client, model_path, Path(home) / "coteam.db", args)
     print(
-        f"rater {figures['rater']}, N={figures['ratings']} ratings, {figures['steps']} step(s), "
+        f"rater {figures['rater']} ({figures['property']}), N={figures['ratings']} ratings, {figures['steps']} step(s), "
         f"{figures['held_out']} held-out prompts, {figures['seconds']} s\n"
         f"  property  {100 * figures['property_before']:5.1f}% -> "
         f"{100 * figures['property_after']:5.1f}%  (McNemar p = {figures['property_p']:.3f})\n"
