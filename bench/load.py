@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per agent call")
     parser.add_argument("--kill-after", type=float, default=15.0, help="seconds into the load")
     parser.add_argument("--no-kill", action="store_true", help="leave the model server alone")
-    parser.add_argument("--attempts", type=int, default=10, help="runs a user tries at most")
+    parser.add_argument("--attempts", type=int, default=20, help="runs a user tries at most")
     parser.add_argument("--retry-wait", type=float, default=30.0, help="seconds between tries")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
