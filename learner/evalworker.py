@@ -24,7 +24,10 @@ class EvalJob:
     @property
     def done(self) -> int:
         journal = self.folder / "episodes.jsonl"
-        return sum(1 for _ in journal.open()) if journal.exists() else 0
+        if not journal.exists():
+            return 0
+        with journal.open() as lines:
+            return sum(1 for _ in lines)
 
     def status(self) -> str:
         if self.thread.is_alive():
