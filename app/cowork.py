@@ -332,8 +332,8 @@ class CoworkTab:
         if not self.ctx.client.healthy():
             raise ConnectionError(
                 f"the model server at {self.ctx.client.base_url} is not answering. Start it "
-                "again (a managed one restarts by itself within a minute) and retry; everything "
-                "already saved is kept"
+                "again (a managed one restarts by itself: a minute or more on a busy CPU) and "
+                "retry; everything already saved is kept"
             )
         return [
             replace(run, adapters=resolve_adapters(self.ctx, adapters, run.agents))
