@@ -181,6 +181,31 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
     }
 
 
+def plot(runs: list[dict], path: str) -> None:
+    """Bars of the property's rate and of pass@1 on the held-out prompts, before and after the
+    retrain, a pair of bars per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), dpi=100, sharey=True)
+    labels = [f"{r['rater']} ({r.get('property', 'typed')})\nN = {r['ratings']}" for r in runs]
+    x = list(range(len(runs)))
+    metrics = (("property", "has the property"), ("pass", "pass@1"))
+    for ax, (key, title) in zip(axes, metrics, strict=True):
+        for shift, when in ((-0.2, "before"), (0.2, "after")):
+            heights = [100 * r[f"{key}_{when}"] for r in runs]
+            ax.bar([i + shift for i in x], heights, 0.4, label=f"{when} the retrain")
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_title(f"{title}, held out (%)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
@@ -195,7 +220,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--plot", help="also draw before/after bars into this PNG")
+    parser.add_argument(
+        "--replot", nargs="+", metavar="JSON", help="only draw --plot from earlier runs' --json"
+    )
     args = parser.parse_args()
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot PATH")
+        plot([json.loads(Path(f).read_text()) for f in args.replot], args.plot)
+        return
     if args.ratings < 1 or args.held_out < 1 or args.steps < 1 or args.group_size < 2:
         parser.error("--ratings, --held-out and --steps must be >= 1, --group-size >= 2")
     from agents.server import ServerConfig, connect_or_start
@@ -210,8 +244,9 @@ def main() -> None:
         with connect_or_start(args.vllm_url, config) as client:
             figures = experiment(client, model_path, Path(home) / "coteam.db", args)
     print(
-        f"rater {figures['rater']} ({figures['property']}), N={figures['ratings']} ratings, {figures['steps']} step(s), "
-        f"{figures['held_out']} held-out prompts, {figures['seconds']} s\n"
+        f"rater {figures['rater']} ({figures['property']}), N={figures['ratings']} ratings, "
+        f"{figures['steps']} step(s), {figures['held_out']} held-out prompts, "
+        f"{figures['seconds']} s\n"
         f"  property  {100 * figures['property_before']:5.1f}% -> "
         f"{100 * figures['property_after']:5.1f}%  (McNemar p = {figures['property_p']:.3f})\n"
         f"  pass@1    {100 * figures['pass_before']:5.1f}% -> "
@@ -219,6 +254,8 @@ def main() -> None:
     )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    if args.plot:
+        plot([figures], args.plot)
 
 
 if __name__ == "__main__":
