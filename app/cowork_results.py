@@ -11,6 +11,9 @@ from collections.abc import Callable
 
 import gradio as gr
 
+import store
+from agents.combine import extract_code
+from agents.testrun import TestReport, run_tests
 from app import rating
 from app.context import AppContext
 from app.cowork_choices import MAX_PANES
@@ -33,10 +36,25 @@ def tests_markdown(episode: LiveEpisode) -> str:
             "**No tests for this problem**: the module was only checked to parse and define "
             f"`{task.entry_point}`."
         )
-    report = episode.tests
-    if report is None:
+    if episode.tests is None:
         return "Tests: not run (the episode did not finish)."
-    head = f"**Tests: {report.passed} of {report.total} passed**"
+    return report_markdown(episode.tests, "Tests")
+
+
+def edited_tests_markdown(ctx: AppContext, episode_id: int, edited: str) -> str:
+    """The person's edited module against the episode's tests, through the runner the team, the
+    learner and `coteam check` use: "7 of 7 passed" means the same in all four places."""
+    with store.open_db(ctx.db_path) as db:
+        metadata = store.get_episode(db, episode_id)["task"]["metadata"]
+    if not metadata.get("tests"):
+        return "No tests for this problem: your version is saved unchecked."
+    report = run_tests(extract_code(edited), metadata["tests"], metadata["entry_point"])
+    return report_markdown(report, "Your version")
+
+
+def report_markdown(report: TestReport, title: str) -> str:
+    """A test report as a table: each assert, how it was checked, and why it failed."""
+    head = f"**{title}: {report.passed} of {report.total} passed**"
     if report.error:
         head += f" — {report.error}"
     rows = ["| | test | checked | message |", "|---|---|---|---|"]
@@ -319,7 +337,12 @@ class ResultsArea:
         )
 
     def rate_edit(self, episode_id: int | None, edited: str, request: gr.Request):
-        return rating.save_edit(self.ctx, episode_id, edited, rating.rater_of(request))
+        """Keep the person's version as the preferred output; a module is run against the
+        task's tests, and the page shows how it did."""
+        saved = rating.save_edit(self.ctx, episode_id, edited, rating.rater_of(request))
+        if self.code and saved.startswith("✓"):
+            saved += "\n\n" + edited_tests_markdown(self.ctx, episode_id, edited)
+        return saved
 
     def vote(self, choice: str):
         """The event function of one A/B vote button."""

@@ -201,7 +201,12 @@ def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
     saved = view.rate_score(episode_id, "4", "uses the helper well", None)
     assert "#3" in saved and "#4" in saved
     assert "same as the team's" in view.rate_edit(episode_id, page[view.result], None)
-    assert "Saved rating #5" in view.rate_edit(episode_id, page[view.result] + "\n# mine\n", None)
+    edited = view.rate_edit(episode_id, page[view.result] + "\n# mine\n", None)
+    assert "Saved rating #5" in edited and "Your version: 7 of 7 passed" in edited
+    # an edit that breaks the module is saved, and the page says what its tests now make of it
+    broken = page[view.result].replace("def has_close_elements", "def _gone") + "\n"
+    edited = view.rate_edit(episode_id, broken, None)
+    assert "Saved rating #6" in edited and "Your version: 0 of 7 passed" in edited
     with store.open_db(ctx.db_path) as db:
         ratings = store.get_episode(db, episode_id)["ratings"]
     got = [(r["kind"], r["agent"], r["value"], r["text"]) for r in ratings]
@@ -212,6 +217,7 @@ def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
         ("comment", None, None, "uses the helper well"),
     ]
     assert got[4][0] == "edit" and got[4][3].endswith("# mine\n")
+    assert got[5][0] == "edit" and "_gone" in got[5][3]
 
 
 def test_a_rating_without_an_episode_is_refused_clearly(ctx):
