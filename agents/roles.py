@@ -333,6 +333,9 @@ class Role:
     contract: str = ""  # coding: the team's interface contract, naming this agent's part
     problem: str | None = None  # the problem as this role sees it (None: the task's prompt)
     sections: tuple[int, ...] = ()  # long-form writing: the outline positions this role writes
+    # where this agent's call ends early: a long-form writer stops when it starts a section
+    # that is a teammate's (its heading line), rather than write it twice
+    stop: tuple[str, ...] = ()
 
 
 def fill(template: str, **values: object) -> str:
@@ -520,7 +523,10 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         ask = fill(prompts.get(f"{name}/ask", ASKS[name]), **values)
         low, high = round(0.6 * per_section * len(mine)), round(1.5 * per_section * len(mine))
         title = "; ".join(outline[k]["heading"] for k in mine)
-        roles.append(Role(name, title, instructions, ask, words=(low, high), sections=tuple(mine)))
+        stop = tuple(f"## {outline[k]['heading']}" for k in range(len(outline)) if k not in mine)
+        roles.append(
+            Role(name, title, instructions, ask, words=(low, high), sections=tuple(mine), stop=stop)
+        )
     return roles
 
 

@@ -193,6 +193,7 @@ def act(team: Team, view: View) -> dict:
         seed=None if s.seed is None else s.seed + agent,
         logprobs=s.logprobs,
         repetition_penalty=s.repetition_penalty,
+        stop=list(team.roles[agent].stop) or None,
     )
     [completion] = team.policy.generate(
         [request], on_token=lambda _, piece: write({"event": "token", **where, "text": piece})

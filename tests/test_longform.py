@@ -143,8 +143,13 @@ def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_p
             task, policy, shape=shape, agents=size, adapters=adapters(size),
             sampling=Sampling(max_tokens=4096), db=tmp_path / f"{shape}.db",
         )  # fmt: skip
-        shares[shape] = [r.max_tokens for r in policy.requests]
+        requests = sorted(policy.requests, key=agent_of)  # parallel calls come in any order
+        shares[shape] = [r.max_tokens for r in requests]
         roles = team_roles(task, shape, size)
+        headings = [f"## {s['heading']}" for s in task.extra["outline"]]
+        for request, role in zip(requests, roles, strict=True):  # a teammate's heading
+            others = [h for k, h in enumerate(headings) if k not in role.sections]
+            assert (request.stop or []) == others  # ends the call: the writer does not write it
         assert shares[shape] == [token_share(role) for role in roles]
         words = [role.words[1] for role in roles]
         assert all(words[i] * 1.3 < shares[shape][i] < 4096 for i in range(size))
