@@ -47,29 +47,6 @@ def rating_changes(ctx: AppContext) -> dict:
     return {"headers": CHANGE_COLUMNS, "data": rows}
 
 
-def before_after_pairs(db, agent: int, version: int, limit: int = PAIRS_SHOWN) -> list[dict]:
-    """Prompts answered both by this version and by the one before it (its parent, or the base
-    model), newest first: prompt, before, after. The gate runs both teams on the same held-out
-    tasks, so every gated version has some."""
-    parent = store.get_adapter(db, agent, version)["parent_version"] or 0
-    by = "json_extract(e.adapter_versions, '$[' || :agent || ']')"
-    return list(
-        db.query(
-            f"""
-            SELECT t.prompt,
-                (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
-                 AND {by} = :parent ORDER BY e.id DESC LIMIT 1) AS before,
-                (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
-                 AND {by} = :version ORDER BY e.id DESC LIMIT 1) AS after
-            FROM tasks t
-            WHERE before IS NOT NULL AND after IS NOT NULL
-            ORDER BY t.id DESC LIMIT :limit
-            """,
-            {"agent": agent, "version": version, "parent": parent, "limit": limit},
-        )
-    )
-
-
 def pairs_markdown(ctx: AppContext, name: str | None) -> str:
     """The before/after pairs of the version named `name` (e.g. agent0-v2), as Markdown."""
     if not name:
@@ -81,7 +58,7 @@ def pairs_markdown(ctx: AppContext, name: str | None) -> str:
     if row is None:
         return f"There is no adapter version {name}."
     with store.open_db(ctx.db_path) as db:
-        pairs = before_after_pairs(db, row["agent"], row["version"])
+        pairs = store.answers_before_after(db, row["agent"], row["version"], PAIRS_SHOWN)
     if not pairs:
         return f"No prompt has been answered by both {name} and the version before it yet."
     previous = f"v{row['parent_version']}" if row["parent_version"] else "the base model"

@@ -210,6 +210,28 @@ def active_adapters(db: Database) -> dict[int, dict]:
     return {row["agent"]: decode_json(row, "metrics") for row in found}
 
 
+def answers_before_after(db: Database, agent: int, version: int, limit: int) -> list[dict]:
+    """Prompts answered both by this version of `agent` and by the one before it (its parent,
+    or the base model), newest task first: `prompt`, `before`, `after` (the latest ok answers).
+    The gate runs both teams on the same validation tasks, so every gated version has some."""
+    parent = get_adapter(db, agent, version)["parent_version"] or 0
+    by = "json_extract(e.adapter_versions, '$[' || :agent || ']')"
+    return rows(
+        db,
+        f"""
+        SELECT t.prompt,
+            (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
+             AND {by} = :parent ORDER BY e.id DESC LIMIT 1) AS before,
+            (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
+             AND {by} = :version ORDER BY e.id DESC LIMIT 1) AS after
+        FROM tasks t
+        WHERE before IS NOT NULL AND after IS NOT NULL
+        ORDER BY t.id DESC LIMIT :limit
+        """,
+        {"agent": agent, "version": version, "parent": parent, "limit": limit},
+    )
+
+
 def _find(db: Database, agent: int, version: int) -> dict | None:
     found = rows(db, "SELECT * FROM adapters WHERE agent = ? AND version = ?", [agent, version])
     return decode_json(found[0], "metrics") if found else None

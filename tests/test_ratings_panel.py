@@ -6,7 +6,7 @@ import pytest
 
 import store
 from app.context import AppContext
-from app.ratings_panel import answered_by, before_after_pairs, pairs_markdown, rating_changes
+from app.ratings_panel import answered_by, pairs_markdown, rating_changes
 
 
 @pytest.fixture
@@ -34,10 +34,12 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
         answer(db, shared, "v1 answer", [1, 1])
         answer(db, shared, "v2 answer", [2, 1])
         answer(db, only_new, "v2 alone", [2, 0])
-        assert before_after_pairs(db, 0, 2) == [
+        assert store.answers_before_after(db, 0, 2, 3) == [
             {"prompt": "def f():", "before": "v1 answer", "after": "v2 answer"}
         ]
-        assert before_after_pairs(db, 0, 1)[0]["before"] == "base answer"  # parent: the base
+        assert (
+            store.answers_before_after(db, 0, 1, 3)[0]["before"] == "base answer"
+        )  # parent: the base
         rated = answer(db, shared, "served", [2, 0])
 
     table = rating_changes(ctx)["data"]
