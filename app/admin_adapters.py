@@ -199,9 +199,8 @@ class AdaptersPanel:
         try:
             with store.open_db(self.ctx.db_path) as db:
                 promote(db, self.ctx.client, agent, version)
-        except (
-            Exception
-        ) as e:  # the registry refuses (e.g. a rejected version) or the server failed
+        # the registry refuses (e.g. a rejected version) or the server failed
+        except Exception as e:
             return [f"⚠ Not promoted: {e}", *[gr.skip()] * 6]
         gr.Info(f"{name} is serving")
         return [

@@ -309,7 +309,7 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
         fits[f"{shape}/{variant}"] = regression(
             [r["consistency"] for r in rows], [r["time_s"] for r in rows]
         )
-    expected = task_count * len(config.shapes) * len(config.variants) * config.samples
+    expected = config.episode_count(task_count)
     return _clean(
         {
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

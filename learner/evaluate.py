@@ -147,6 +147,10 @@ class EvalConfig:
             keys += ("repetition_penalty",)
         return {k: getattr(self, k) for k in keys}
 
+    def episode_count(self, tasks: int) -> int:
+        """The episodes a whole run over `tasks` tasks holds: each variant, shape and sample."""
+        return tasks * len(self.variants) * len(self.shapes) * self.samples
+
     def team_size(self, shape: str) -> int:
         return 1 if shape == "single" else self.agents
 
@@ -398,7 +402,7 @@ def evaluate(
     journal = out_dir / "episodes.jsonl"
     done = {record_key(r) for r in read_records(journal)}
     units = plan(config, tasks, done)
-    total = len(tasks) * len(config.variants) * len(config.shapes) * config.samples
+    total = config.episode_count(len(tasks))
     if units:
         load_variant_adapters(policy, config, db_path)
     bar = _progress_bar(total, total - len(units) * config.samples, progress)

@@ -63,9 +63,7 @@ class EvalWorker:
         with self.lock:
             if self.running():
                 raise EvalError(f"an evaluation is already running: {self.job.status()}")
-            total = (
-                len(eval_tasks(config)) * len(config.variants) * len(config.shapes) * config.samples
-            )
+            total = config.episode_count(len(eval_tasks(config)))
 
             def work() -> None:
                 try:
