@@ -28,7 +28,10 @@ class PolicyError(RuntimeError):
 
 @dataclass
 class Request:
-    """One chat completion: whose adapter (None for the base model), what it sees, how to sample."""
+    """One chat completion: whose adapter (None for the base model), what it sees, how to sample.
+
+    When `messages` ends with an assistant message, the model continues that message (its text
+    is the reply's beginning, not part of the completion's `text`)."""
 
     messages: list[dict]
     adapter: str | None = None
@@ -105,6 +108,9 @@ class PolicyClient:
         body = {"return_token_ids": True} if request.logprobs else {}
         if request.repetition_penalty != 1.0:
             body["repetition_penalty"] = request.repetition_penalty
+        if request.messages and request.messages[-1]["role"] == "assistant":
+            # the reply is already begun (an agent's stub head): the model continues that message
+            body |= {"continue_final_message": True, "add_generation_prompt": False}
         extra = {"logprobs": True} if request.logprobs else {}
         if body:
             extra["extra_body"] = body

@@ -287,6 +287,8 @@ CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body
 # the call is already there (without it the untrained entry author called `aux` in 0 of 7
 # held-out problems, bench: docs/EVALUATION.md)
 ENTRY_BODY = "\n    return {call}"
+# what the environment writes of the entry author's reply after its docstring (the model goes on)
+ENTRY_REPLY_BODY = "\n    result = {call}\n"
 # the one-line docstring of each role's function in the stubs
 STUB_PURPOSES = {
     "helper": "The core computation of `{entry}`: {summary}",
@@ -336,6 +338,9 @@ class Role:
     # where this agent's call ends early: a long-form writer stops when it starts a section
     # that is a teammate's (its heading line), rather than write it twice
     stop: tuple[str, ...] = ()
+    # the opening of this agent's reply, written by the environment; the model continues it
+    # (the coding entry author's: its function's head, so completing the stub is what it does)
+    reply_start: str = ""
 
 
 def fill(template: str, **values: object) -> str:
@@ -395,6 +400,7 @@ def team_roles(
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
             title, words = _code_title(name, task.entry_point), None
             contract = coding_contract(task, names, i, signature)
+            reply_start = entry_reply_start(task, names, signature) if name == "entry" else ""
             # the helper author that does the core computation sees the problem posed for `aux`
             # (else the untrained model writes the entry function instead, a role violation)
             if name == "helper" and contract:
@@ -414,7 +420,7 @@ def team_roles(
                 ),
                 "words": f"{words[0]}-{words[1]}",
             }
-            owns, title, contract = (), TITLES[name], ""
+            owns, title, contract, reply_start = (), TITLES[name], "", ""
         roles.append(
             Role(
                 name,
@@ -425,6 +431,7 @@ def team_roles(
                 words,
                 contract,
                 problem,
+                reply_start=reply_start,
             )
         )
     return roles
@@ -441,9 +448,9 @@ def coding_contract(
     The stubs matter for a small model: it completes the code it is shown, so an entry author
     shown `aux` as a teammate's function calls it, and a helper author shown its own `aux` stub
     writes that rather than the problem's entry function."""
-    if not all(CONTRACT_PURPOSES.get(n) for n in names) or len(names) < 2:
+    if not coding_contract_applies(names):
         return ""
-    arguments, returns, summary = signature
+    arguments, _, summary = signature
     params = _arguments(arguments)
     helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
     helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
@@ -461,18 +468,9 @@ def coding_contract(
                 purpose=fill(CONTRACT_PURPOSES[name], **values),
             )
         )
-        stubs.append(
-            fill(
-                CONTRACT_STUB,
-                function=function,
-                signature="" if tester else arguments,
-                returns=f" -> {returns}" if returns and not tester else "",
-                purpose=fill(STUB_PURPOSES[name], **values).strip(),
-                body=ENTRY_BODY.format(call=f"{helpers[0]}({params})")
-                if name == "entry" and helpers
-                else "",
-            )
-        )
+        entry_calls = name == "entry" and helpers
+        body = fill(ENTRY_BODY, call=f"{helpers[0]}({params})") if entry_calls else ""
+        stubs.append(_stub(task, name, signature, helper_calls, body))
     # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of
     # the entry function, which it would otherwise complete
     calls = names[agent] == "entry"
@@ -487,6 +485,46 @@ def coding_contract(
         mine=fill(CONTRACT_MINE, stub=stubs[agent]) if calls else "",
     )
     return text.rstrip()
+
+
+def entry_reply_start(task: Task, names: list[str], signature: tuple[str, str, str]) -> str:
+    """The opening of the entry author's reply: a code fence and its function's head (signature
+    and one-line docstring) and the call of the helper, as in its contract ("" without helpers).
+
+    The model continues from there, so the helper's function is called in every answer; what the
+    entry author adds is the special cases and what it does with the helper's result. Shown the
+    same stub in the message only, the untrained model rewrote the computation itself in 81% of
+    held-out problems (docs/EVALUATION.md)."""
+    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
+    if not helpers or not coding_contract_applies(names):
+        return ""
+    params = _arguments(signature[0])
+    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
+    body = fill(ENTRY_REPLY_BODY, call=f"{helpers[0]}({params})")
+    return "```python\n" + _stub(task, "entry", signature, helper_calls, body)
+
+
+def coding_contract_applies(names: list[str]) -> bool:
+    """Whether a coding team with roles `names` divides the work by a contract (not `single` or
+    `naive_concat`, whose roles own no functions)."""
+    return len(names) >= 2 and all(CONTRACT_PURPOSES.get(n) for n in names)
+
+
+def _stub(
+    task: Task, name: str, signature: tuple[str, str, str], helper_calls: str, body: str
+) -> str:
+    """Role `name`'s function as a stub: signature, one-line purpose, then `body`."""
+    arguments, returns, summary = signature
+    tester = name == "tester"
+    values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
+    return fill(
+        CONTRACT_STUB,
+        function=fill(OWNS[name][0], entry=task.entry_point),
+        signature="" if tester else arguments,
+        returns=f" -> {returns}" if returns and not tester else "",
+        purpose=fill(STUB_PURPOSES[name], **values).strip(),
+        body=body,
+    )
 
 
 def _arguments(arguments: str) -> str:

@@ -163,10 +163,13 @@ def observe(team: Team, state: TeamState, agent: int, round: int = 0) -> list[di
         drafts = [_teammate(team, j, outputs[j]) for j in range(team.size) if j != agent]
         parts.append(fill(TEAMMATES_DRAFTS, text="\n\n".join(drafts)))
     parts.append(role.ask)
-    return [
+    messages = [
         {"role": "system", "content": role.instructions},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+    if role.reply_start:  # the environment begins the reply; the agent's model continues it
+        messages.append({"role": "assistant", "content": role.reply_start})
+    return messages
 
 
 def _teammate(team: Team, agent: int, text: str) -> str:
@@ -195,14 +198,19 @@ def act(team: Team, view: View) -> dict:
         repetition_penalty=s.repetition_penalty,
         stop=list(team.roles[agent].stop) or None,
     )
+    # a reply the environment began (see `observe`) is the agent's answer with its beginning
+    begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
+    if begun:
+        write({"event": "token", **where, "text": begun})
     [completion] = team.policy.generate(
         [request], on_token=lambda _, piece: write({"event": "token", **where, "text": piece})
     )
+    text = begun + completion.text
     step = Step(
         **where,
         role=team.roles[agent].name,
         messages=view["messages"],
-        text=completion.text,
+        text=text,
         adapter=team.adapters[agent],
         prompt_tokens=completion.prompt_tokens,
         completion_tokens=completion.completion_tokens,
@@ -210,7 +218,7 @@ def act(team: Team, view: View) -> dict:
         finish_reason=completion.finish_reason,
         completion=completion,
     )
-    return {"steps": [step], "outputs": {agent: completion.text}}
+    return {"steps": [step], "outputs": {agent: text}}
 
 
 def act_in_line(team: Team, agent: int, state: TeamState) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -105,7 +106,14 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
     client = PolicyClient(args.vllm_url) if args.vllm_url else None
     with open_db(args.db) as db:
-        if args.action == "list":
+        if args.action == "list" and args.json:
+            versions = [
+                adapter_record(row)
+                for agent in sorted({r["agent"] for r in db["adapters"].rows})
+                for row in adapter_lineage(db, agent)
+            ]
+            print(json.dumps(versions, indent=2))
+        elif args.action == "list":
             agents = sorted({r["agent"] for r in db["adapters"].rows})
             if not agents:
                 print(
@@ -134,6 +142,26 @@ def cmd_adapters(args: argparse.Namespace) -> int:
     if client is None and args.action != "list":
         print("(no --vllm-url: the running app loads the active version at its next episode)")
     return 0
+
+
+def adapter_record(row: dict) -> dict:
+    """One adapter version as `coteam adapters list --json` prints it: `name` is the name the
+    server knows it by (`coteam episode --adapter AGENT=NAME`); `source` says where it came from
+    ("trained here" by a run of this installation, or "registered" by hand)."""
+    from learner.registry import adapter_name
+
+    return {
+        "agent": row["agent"],
+        "version": row["version"],
+        "state": row["state"],
+        "name": adapter_name(row["agent"], row["version"]),
+        "source": "trained here" if row.get("training_run_id") is not None else "registered",
+        "training_run": row.get("training_run_id"),
+        "parent_version": row.get("parent_version"),
+        "created_at": row["created_at"],
+        "path": row["path"],
+        "metrics": row["metrics"],
+    }
 
 
 def cmd_learner(args: argparse.Namespace) -> int:

@@ -153,3 +153,28 @@ def test_each_vllm_server_gets_a_fresh_api_key_and_no_admin_password(monkeypatch
     assert "COTEAM_ADMIN_PASSWORD" not in environment
     assert environment["VLLM_API_KEY"] == first.api_key != second.api_key
     assert len(first.api_key) >= 32
+
+
+def test_adapters_list_json_gives_each_version_its_server_name_and_source(tmp_path):
+    import store
+    from store import register_adapter
+
+    db_path = tmp_path / "c.db"
+    empty = coteam("adapters", "list", "--json", "--db", str(db_path))
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == []
+    with store.open_db(db_path) as db:
+        run_id = store.start_training_run(db, "manual")
+        register_adapter(db, 0, str(tmp_path / "a0"), training_run_id=run_id)
+        register_adapter(db, 0, str(tmp_path / "a0v2"), parent=1)
+        register_adapter(db, 1, str(tmp_path / "a1"))
+        store.activate_adapter(db, 0, 2)
+    result = coteam("adapters", "list", "--json", "--db", str(db_path))
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    assert [(v["agent"], v["version"], v["state"], v["name"], v["source"]) for v in listed] == [
+        (0, 1, "candidate", "agent0-v1", "trained here"),
+        (0, 2, "active", "agent0-v2", "registered"),
+        (1, 1, "candidate", "agent1-v1", "registered"),
+    ]
+    assert listed[0]["training_run"] == run_id and listed[1]["parent_version"] == 1

@@ -387,8 +387,10 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
     monkeypatch.setattr(learner.coding_reward, "run_tests", counting)
 
     def reply(request):
-        helper = "only the helper function `aux`" in request.messages[0]["content"]
-        return f"```python\n{AUX_CLOSE if helper else ENTRY_USES_AUX}```"
+        if request.messages[-1]["role"] == "assistant":  # the entry author's begun reply
+            return "    return result\n```"
+        # the helper writes the contract's `aux(numbers, threshold)`, which the entry calls
+        return "```python\n" + ENTRY_ALONE.replace("has_close_elements", "aux") + "```"
 
     db = tmp_path / "coteam.db"
     result = run_episode(

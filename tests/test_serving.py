@@ -30,6 +30,24 @@ def test_a_repetition_penalty_reaches_the_server(policy):
     assert plain.lower().count("cat") > penalised.lower().count("cat")
 
 
+def test_a_begun_reply_is_continued_not_answered_anew(policy):
+    """A request ending with an assistant message: the model continues it (the entry author's
+    begun reply), and the server's prompt ids end with that beginning."""
+    ask = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    begun = "```python\ndef add(a, b):\n    return"
+    fresh, continued = policy.generate(
+        [
+            Request(ask, max_tokens=24, logprobs=True),
+            Request([*ask, {"role": "assistant", "content": begun}], max_tokens=24, logprobs=True),
+        ]
+    )
+    assert fresh.text.lstrip().startswith("```") or "def add" in fresh.text
+    assert "def add" not in continued.text and "a + b" in continued.text.replace("b + a", "a + b")
+    # the begun text is part of the prompt (no end-of-turn token after it), not of the completion
+    assert continued.prompt_tokens > fresh.prompt_tokens
+    assert continued.prompt_token_ids[-2:] != fresh.prompt_token_ids[-2:]
+
+
 def test_base_model_streams_text_with_counts_and_latency(policy):
     pieces = []
     [done] = policy.generate(

@@ -25,10 +25,10 @@ def code_reply(request) -> str:
     for name in ("aux2", "aux", "test_has_close_elements"):
         if f"only the helper function `{name}`" in system or f"test function `{name}()`" in system:
             return f"```python\ndef {name}(x):\n    return x\n```"
-    return (
-        "```python\ndef has_close_elements(numbers, threshold):\n"
-        "    return any(abs(a - b) < threshold for a in numbers for b in numbers if a is not b)\n```"
-    )
+    solution = "    return any(abs(a - b) < threshold for a in numbers for b in numbers if a is not b)\n```"
+    if request.messages[-1]["role"] == "assistant":  # the reply is begun: the function's head
+        return solution
+    return "```python\ndef has_close_elements(numbers, threshold):\n" + solution
 
 
 def prose_reply(request) -> str:
@@ -142,8 +142,8 @@ def test_feedback_reaches_the_next_turn_and_success_stops_the_episode(tmp_path):
     def broken_then_fixed(request):
         agent = agent_of(request)
         calls[agent] = calls.get(agent, 0) + 1
-        if agent == 1 and calls[agent] == 1:
-            return "```python\ndef has_close_elements(numbers, threshold):\n    return (\n```"
+        if agent == 1 and calls[agent] == 1:  # its reply is begun with the function's head
+            return "    return (\n```"
         return code_reply(request)
 
     result, policy, events = run(
@@ -349,3 +349,23 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     assert entry_view.rstrip().endswith("do not define `aux`.")
     # the helper author is shown the problem posed for `aux`
     assert 'def aux(numbers: List[float], threshold: float) -> bool:\n    """ Check' in helper_view
+
+
+def test_the_entry_authors_reply_is_begun_with_its_functions_head_and_the_helpers_call(tmp_path):
+    result, policy, events = run(CODING, "parallel", 2, tmp_path)
+    helper, entry = (next(r for r in policy.requests if agent_of(r) == i) for i in (0, 1))
+    assert [m["role"] for m in helper.messages] == ["system", "user"]
+    assert [m["role"] for m in entry.messages] == ["system", "user", "assistant"]
+    begun = entry.messages[-1]["content"]
+    assert begun.startswith("```python\ndef has_close_elements(numbers: List[float], threshold")
+    assert begun.endswith('"""\n    result = aux(numbers, threshold)\n')
+    # the agent's answer is the begun reply and what its model wrote after it, streamed as one
+    step = next(s for s in result.steps if s["agent"] == 1)
+    assert step["text"] == begun + code_reply(entry)
+    streamed = "".join(e["text"] for e in events if e["event"] == "token" and e["agent"] == 1)
+    assert streamed == step["text"]
+    assert "result = aux(numbers, threshold)" in result.output  # the combined module calls aux
+    # no begun reply where no one owns the entry function next to a helper
+    for shape, size in (("single", 1), ("naive_concat", 2)):
+        _, other, _ = run(CODING, shape, size, tmp_path / shape)
+        assert all(r.messages[-1]["role"] == "user" for r in other.requests)
