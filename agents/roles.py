@@ -402,9 +402,12 @@ def team_roles(
             contract = coding_contract(task, names, i, signature)
             reply_start = entry_reply_start(task, names, signature) if name == "entry" else ""
             # the helper author that does the core computation sees the problem posed for `aux`
-            # (else the untrained model writes the entry function instead, a role violation)
+            # (else the untrained model writes the entry function instead, a role violation);
+            # only the function's name is replaced, where it is defined or called: an entry
+            # point that is a word ("longest") keeps its meaning in the docstring's prose
             if name == "helper" and contract:
-                problem = re.sub(rf"\b{re.escape(task.entry_point)}\b", "aux", task.prompt)
+                name_used = rf"\b{re.escape(task.entry_point)}\b(?=\s*\()"
+                problem = re.sub(name_used, "aux", task.prompt)
             # the entry author works from the contract and the problem's own code only (shown the
             # whole problem, the untrained model solved it alone and called `aux` in 0 of 6)
             if name == "entry" and contract:

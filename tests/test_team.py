@@ -9,7 +9,7 @@ import pytest
 import store
 from agents.feedback import CodeCheck
 from agents.policy import PolicyError
-from agents.roles import SHAPES, load_prompts, role_names
+from agents.roles import SHAPES, load_prompts, role_names, team_roles
 from agents.tasks import humaneval_task, writing_prompt_task, xsum_tasks
 from agents.team import GREEDY, Sampling, build_graph, make_team, run_episode, run_group
 from tests.scripted import ScriptedPolicy, adapters, agent_of
@@ -369,3 +369,15 @@ def test_the_entry_authors_reply_is_begun_with_its_functions_head_and_the_helper
     for shape, size in (("single", 1), ("naive_concat", 2)):
         _, other, _ = run(CODING, shape, size, tmp_path / shape)
         assert all(r.messages[-1]["role"] == "user" for r in other.requests)
+
+
+def test_the_helper_sees_the_problem_posed_for_aux_with_its_prose_unchanged():
+    """HumanEval/12's entry point is a word ("longest"): only its definition and calls are
+    renamed, not "return the longest one" in the docstring."""
+    helper = team_roles(humaneval_task(12), "parallel", 2)[0]
+    assert "def aux(strings: List[str]) -> Optional[str]:" in helper.problem
+    assert (
+        "return the longest one" in helper.problem
+        and ">>> aux(['a', 'bb', 'ccc'])" in helper.problem
+    )
+    assert "longest(" not in helper.problem
