@@ -339,7 +339,8 @@ class Role:
     # that is a teammate's (its heading line), rather than write it twice
     stop: tuple[str, ...] = ()
     # the opening of this agent's reply, written by the environment; the model continues it
-    # (the coding entry author's: its function's head, so completing the stub is what it does)
+    # (the coding entry author's: its function's head, so completing the stub is what it does;
+    # a long-form writer's: its first section's heading)
     reply_start: str = ""
 
 
@@ -565,8 +566,19 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         low, high = round(0.6 * per_section * len(mine)), round(1.5 * per_section * len(mine))
         title = "; ".join(outline[k]["heading"] for k in mine)
         stop = tuple(f"## {outline[k]['heading']}" for k in range(len(outline)) if k not in mine)
+        # the reply begins with the writer's first heading: it starts on its own section
+        begun = f"## {outline[mine[0]]['heading']}\n\n"
         roles.append(
-            Role(name, title, instructions, ask, words=(low, high), sections=tuple(mine), stop=stop)
+            Role(
+                name,
+                title,
+                instructions,
+                ask,
+                words=(low, high),
+                sections=tuple(mine),
+                stop=stop,
+                reply_start=begun,
+            )
         )
     return roles
 

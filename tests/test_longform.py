@@ -104,11 +104,14 @@ def test_each_view_names_its_own_sections_the_others_headings_and_the_style_shee
 
 def section_reply(request) -> str:
     """Each agent writes the sections its ask names; agent 1 also writes agent 0's section."""
-    own = re.findall(r'"## ([^"]+)"', request.messages[-1]["content"].split("Now write")[-1])
+    ask = request.messages[1]["content"].split("Now write")[-1]
+    own = re.findall(r'"## ([^"]+)"', ask)
     text = "\n\n".join(f"## {h}\nText of {h} by agent {agent_of(request)}." for h in own)
     if agent_of(request) == 1:
         text += "\n\n## Etymology\nAgent 1 trespassing."
-    return text
+    begun = request.messages[-1]  # the environment began the reply with the first heading
+    assert begun["role"] == "assistant" and begun["content"] == f"## {own[0]}\n\n"
+    return text.removeprefix(f"## {own[0]}\n")
 
 
 def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
