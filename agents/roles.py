@@ -17,13 +17,20 @@ the defaults below.
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.contract import (
+    OWNS,
+    arguments_of,
+    code_title,
+    coding_contract,
+    coding_reply_start,
+    fill,
+)
 from agents.tasks import Task, entry_signature
 
 SHAPES = ("parallel", "single", "naive_concat", "sequential_pipeline", "one_round_discussion")
@@ -252,50 +259,7 @@ TITLES = {
 }
 
 # Function names each coding role writes; the combiner takes a function from its owner.
-OWNS = {
-    "solo": ("{entry}",),
-    "helper": ("aux",),
-    "helper2": ("aux2",),
-    "entry": ("{entry}",),
-    "tester": ("test_{entry}",),
-    "coder": (),
-}
-
 # -- the frames around what an agent sees ----------------------------------------------------
-
-# The interface contract every coding agent sees: each role's function, signature and purpose,
-# made by the environment from the task (no planning call: nothing to wait for or to count).
-CONTRACT_PURPOSES = {
-    "helper": "the core computation of the problem; returns the value `{entry}` needs",
-    "helper2": "a second, different sub-step of the problem that `{entry}` needs",
-    "entry": "handles special cases (such as empty input), calls {helper_calls} for the core "
-    "computation and returns the answer",
-    "tester": "checks `{entry}` with assert statements",
-}
-CONTRACT = (
-    "The team's division of the work (interface contract):\n{lines}\nYour part: {own}.\n\n"
-    "{others}{mine}"
-)
-CONTRACT_LINE = "- {title}: `def {function}({params})`: {purpose}"
-CONTRACT_OTHERS = (
-    "Your teammates' functions, which will be in the same module (do not write them):\n"
-    "```python\n{stubs}\n```\n"
-)
-CONTRACT_MINE = "Complete your function:\n```python\n{stub}\n```"
-CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body}'
-# the entry stub's body: a small model completes the code it is shown, and calls the helper when
-# the call is already there (without it the untrained entry author called `aux` in 0 of 7
-# held-out problems, bench: docs/EVALUATION.md)
-ENTRY_BODY = "\n    return {call}"
-# what the environment writes of the entry author's reply after its docstring (the model goes on)
-ENTRY_REPLY_BODY = "\n    result = {call}\n"
-# the one-line docstring of each role's function in the stubs
-STUB_PURPOSES = {
-    "helper": "The core computation of `{entry}`: {summary}",
-    "helper2": "A second sub-step of `{entry}`.",
-    "entry": "{summary} Handle special cases first; {helper_calls} does the rest.",
-    "tester": "Check `{entry}` with assert statements.",
-}
 
 TASK_FRAMES = {
     "coding": "Problem:\n```python\n{prompt}```",
@@ -344,15 +308,6 @@ class Role:
     reply_start: str = ""
 
 
-def fill(template: str, **values: object) -> str:
-    """Replace `{name}` for the names given and leave every other brace alone (code has many)."""
-    return re.sub(
-        r"\{(\w+)\}",
-        lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0),
-        template,
-    )
-
-
 def role_names(task: Task, shape: str, size: int) -> list[str]:
     """The roles of a `size`-agent team of `shape` on `task`, in order."""
     if shape not in SHAPES:
@@ -390,7 +345,7 @@ def team_roles(
         if task.kind == "coding":
             helpers = [f for other in names if other.startswith("helper") for f in OWNS[other]]
             signature = entry_signature(task)
-            params = _arguments(signature[0])
+            params = arguments_of(signature[0])
             values = {
                 "entry": task.entry_point,
                 "n": size,
@@ -399,9 +354,9 @@ def team_roles(
                 "params": params,
             }
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
-            title, words = _code_title(name, task.entry_point), None
+            title, words = code_title(name, task.entry_point), None
             contract = coding_contract(task, names, i, signature)
-            reply_start = entry_reply_start(task, names, signature) if name == "entry" else ""
+            reply_start = coding_reply_start(task, names, i, signature)
             # the helper author that does the core computation sees the problem posed for `aux`
             # (else the untrained model writes the entry function instead, a role violation);
             # only the function's name is replaced, where it is defined or called: an entry
@@ -439,105 +394,6 @@ def team_roles(
             )
         )
     return roles
-
-
-def coding_contract(
-    task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
-) -> str:
-    """The interface contract of a coding team with roles `names`, as agent `agent` sees it: every
-    role's function, signature and purpose, which one is its own, the teammates' functions as
-    stubs and its own function's stub to complete ("" when the roles own no functions: `single`
-    and `naive_concat`). `signature` is `entry_signature(task)`.
-
-    The stubs matter for a small model: it completes the code it is shown, so an entry author
-    shown `aux` as a teammate's function calls it, and a helper author shown its own `aux` stub
-    writes that rather than the problem's entry function."""
-    if not coding_contract_applies(names):
-        return ""
-    arguments, _, summary = signature
-    params = _arguments(arguments)
-    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
-    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
-    lines, stubs = [], []
-    for name in names:
-        function = fill(OWNS[name][0], entry=task.entry_point)
-        values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
-        tester = name == "tester"
-        lines.append(
-            fill(
-                CONTRACT_LINE,
-                title=_code_title(name, task.entry_point),
-                function=function,
-                params="" if tester else params,
-                purpose=fill(CONTRACT_PURPOSES[name], **values),
-            )
-        )
-        entry_calls = name == "entry" and helpers
-        body = fill(ENTRY_BODY, call=f"{helpers[0]}({params})") if entry_calls else ""
-        stubs.append(_stub(task, name, signature, helper_calls, body))
-    # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of
-    # the entry function, which it would otherwise complete
-    calls = names[agent] == "entry"
-    others = [s for k, s in enumerate(stubs) if calls and names[k].startswith("helper")]
-    own = _code_title(names[agent], task.entry_point)
-    text = fill(
-        CONTRACT,
-        lines="\n".join(lines),
-        own=f"{own} - write only that",
-        others=fill(CONTRACT_OTHERS, stubs="\n\n\n".join(others)) if others else "",
-        # the entry author completes its stub; a helper author shown its own stub only echoes it
-        mine=fill(CONTRACT_MINE, stub=stubs[agent]) if calls else "",
-    )
-    return text.rstrip()
-
-
-def entry_reply_start(task: Task, names: list[str], signature: tuple[str, str, str]) -> str:
-    """The opening of the entry author's reply: a code fence and its function's head (signature
-    and one-line docstring) and the call of the helper, as in its contract ("" without helpers).
-
-    The model continues from there, so the helper's function is called in every answer; what the
-    entry author adds is the special cases and what it does with the helper's result. Shown the
-    same stub in the message only, the untrained model rewrote the computation itself in 81% of
-    held-out problems (docs/EVALUATION.md)."""
-    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
-    if not helpers or not coding_contract_applies(names):
-        return ""
-    params = _arguments(signature[0])
-    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
-    body = fill(ENTRY_REPLY_BODY, call=f"{helpers[0]}({params})")
-    return "```python\n" + _stub(task, "entry", signature, helper_calls, body)
-
-
-def coding_contract_applies(names: list[str]) -> bool:
-    """Whether a coding team with roles `names` divides the work by a contract (not `single` or
-    `naive_concat`, whose roles own no functions)."""
-    return len(names) >= 2 and all(CONTRACT_PURPOSES.get(n) for n in names)
-
-
-def _stub(
-    task: Task, name: str, signature: tuple[str, str, str], helper_calls: str, body: str
-) -> str:
-    """Role `name`'s function as a stub: signature, one-line purpose, then `body`."""
-    arguments, returns, summary = signature
-    tester = name == "tester"
-    values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
-    return fill(
-        CONTRACT_STUB,
-        function=fill(OWNS[name][0], entry=task.entry_point),
-        signature="" if tester else arguments,
-        returns=f" -> {returns}" if returns and not tester else "",
-        purpose=fill(STUB_PURPOSES[name], **values).strip(),
-        body=body,
-    )
-
-
-def _arguments(arguments: str) -> str:
-    """`numbers: List[float], threshold: float = 0.5` -> `numbers, threshold` (names only)."""
-    try:
-        node = ast.parse(f"def f({arguments}): pass").body[0]
-    except SyntaxError:
-        return arguments
-    return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
 
 
 def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
@@ -606,17 +462,6 @@ def section_words_of(task: Task) -> int:
 
 def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
-
-
-def _code_title(name: str, entry: str) -> str:
-    return {
-        "solo": f"{entry}",
-        "helper": "helper aux",
-        "helper2": "helper aux2",
-        "entry": f"main function {entry}",
-        "tester": f"tests of {entry}",
-        "coder": "programmer",
-    }[name]
 
 
 def load_prompts(path: str | Path) -> dict[str, str]:

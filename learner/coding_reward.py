@@ -151,8 +151,9 @@ def defines_with_return(code: str, name: str) -> bool:
 def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     """How the entry function uses the helper function `helper`: 1 when it calls it (an
     `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result, 0.5 when
-    its whole body is `return helper(...)`, 0 when it never calls it, only calls it as a bare
-    statement (dropping the result), or binds the name itself (a parameter, a local variable, a
+    its whole body is `return helper(...)` (or `result = helper(...)`, `return result`), 0 when it
+    never calls it, only calls it as a bare statement or into names it never reads (dropping the
+    result), or binds the name itself (a parameter, a local variable, a
     nested function), so that the name is not the helper's."""
     try:
         function = _function(ast.parse(entry_code), entry_point)
@@ -171,8 +172,18 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
         if isinstance(n, ast.Call)
         for arg in n.args
     )
+    # a call whose value is thrown away: a bare statement, or stored in names not read before
+    # they are stored again (the entry author's begun reply holds `result = aux(...)`; solving
+    # alone after it, even into a new `result`, is no use of the helper)
     dropped = {
-        id(n.value) for n in ast.walk(function) if isinstance(n, ast.Expr) and n.value in calls
+        id(n.value)
+        for n in ast.walk(function)
+        if (isinstance(n, ast.Expr) and n.value in calls)
+        or (
+            isinstance(n, ast.Assign | ast.AnnAssign)
+            and n.value in calls
+            and not _read(function, n)
+        )
     }
     if not passed_on and all(id(c) in dropped for c in calls):
         return 0.0
@@ -181,7 +192,36 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
         body = body[1:]  # the docstring
     if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value in calls:
         return THIN_WRAPPER
+    if (  # `result = helper(...)` then `return result`: the same thin wrapper
+        len(body) == 2
+        and isinstance(body[0], ast.Assign)
+        and body[0].value in calls
+        and isinstance(body[1], ast.Return)
+        and isinstance(body[1].value, ast.Name)
+        and [ast.dump(t) for t in body[0].targets]
+        == [ast.dump(ast.Name(body[1].value.id, ast.Store()))]
+    ):
+        return THIN_WRAPPER
     return 1.0
+
+
+def _read(function: ast.FunctionDef | ast.AsyncFunctionDef, assign: ast.stmt) -> bool:
+    """Whether a name `assign` stores is read after it, before that name is stored again (in
+    source order: a good enough reading of the data flow for a small function)."""
+    names = [
+        n for n in ast.walk(assign) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    ]
+    after = assign.end_lineno or assign.lineno
+    for name in names:
+        uses = [
+            (n.lineno, isinstance(n.ctx, ast.Load))
+            for n in ast.walk(function)
+            if isinstance(n, ast.Name) and n.id == name.id and n.lineno > after
+        ]
+        stored_again = min((line for line, load in uses if not load), default=None)
+        if any(load and (stored_again is None or line <= stored_again) for line, load in uses):
+            return True
+    return False
 
 
 def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:

@@ -247,9 +247,12 @@ PROBLEMS = read_problems()
 def solving_reply(request):
     """Each helper writes an `aux`; everyone else writes HumanEval's canonical solution."""
     system, user = request.messages[0]["content"], request.messages[1]["content"]
+    begun = request.messages[-1]["role"] == "assistant"  # the function's head is written
     if "only the helper function `aux`" in system:
-        return "```python\ndef aux(x):\n    return x\n```"
+        return "    return None\n```" if begun else "```python\ndef aux(x):\n    return x\n```"
     for problem in PROBLEMS.values():
+        if begun and f"def {problem['entry_point']}(" in request.messages[-1]["content"]:
+            return f"{problem['canonical_solution']}```"
         # the entry author sees its function's stub in the contract, not the whole problem
         if problem["prompt"] in user or f"def {problem['entry_point']}(" in user:
             return f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
@@ -379,21 +382,18 @@ def test_coteam_eval_through_the_real_server(vllm_server, tmp_path, capsys):
 
 # -- scoring one episode ---------------------------------------------------------------------
 
-AUX_CLOSE = "```python\ndef aux(a, b, threshold):\n    return abs(a - b) < threshold\n```"
-ENTRY_USES_AUX = """```python
-def has_close_elements(numbers, threshold):
-    for i, a in enumerate(numbers):
-        for b in numbers[i + 1 :]:
-            if aux(a, b, threshold):
-                return True
-    return False
+# a helper's and an entry author's answers, written after the function heads the environment
+# begins their replies with
+AUX_BODY = """    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])
 ```"""
+ENTRY_BODY_USES_RESULT = "    if len(numbers) < 2:\n        return False\n    return result\n```"
 
 
 def test_scores_follow_the_definitions(tmp_path):
     def reply(request):
+        assert request.messages[-1]["role"] == "assistant"
         helper = "only the helper function `aux`" in request.messages[0]["content"]
-        return AUX_CLOSE if helper else ENTRY_USES_AUX
+        return AUX_BODY if helper else ENTRY_BODY_USES_RESULT
 
     task = humaneval_task(0)
     team = run_episode(task, ScriptedPolicy(reply), shape="parallel", db=tmp_path / "db")

@@ -88,6 +88,9 @@ def has_close_elements(numbers, threshold):
     return False
 """
 ENTRY_ALONE = ENTRY_USES_AUX.replace("aux(a, b, threshold)", "abs(a - b) < threshold")
+ENTRY_CALLS_THEN_ALONE = ENTRY_ALONE.replace(
+    "threshold):\n", "threshold):\n    result = aux(numbers[0], numbers[1], threshold)\n", 1
+)
 AUX_DOES_ALL = """
 def aux(numbers, threshold):
     return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])
@@ -132,6 +135,7 @@ def test_the_reward_ranks_hand_made_answers_as_a_person_would():
         "helper used": he0(AUX_CLOSE, ENTRY_USES_AUX),
         "thin wrapper of a helper that does everything": he0(AUX_DOES_ALL, ENTRY_WRAPS_AUX),
         "helper ignored": he0(AUX_CLOSE, ENTRY_ALONE),
+        "helper called, its result ignored": he0(AUX_CLOSE, ENTRY_CALLS_THEN_ALONE),
         "no helper, entry alone": he0("", ENTRY_ALONE),
         "no helper, local variable named aux": he0("", ENTRY_LOCAL_AUX),
         "no helper, entry nests its own aux": he0("", ENTRY_NESTED_AUX),
@@ -148,7 +152,10 @@ def test_the_reward_ranks_hand_made_answers_as_a_person_would():
         > reward["helper ignored"]
         > reward["no helper, entry alone"]
     )
-    assert {parts[n]["tests"] for n in list(table)[:4]} == {1.0}
+    assert {parts[n]["tests"] for n in list(table)[:5]} == {1.0}
+    # calling the helper and then solving alone is ignoring it
+    assert reward["helper called, its result ignored"] == reward["helper ignored"]
+    assert parts["helper called, its result ignored"]["helper_called"] == 0
     # a local `aux` is not the helper's: no cooperation, but no violation either
     assert parts["no helper, local variable named aux"]["cooperation"] == 0
     assert reward["no helper, local variable named aux"] == reward["no helper, entry alone"]
@@ -188,8 +195,17 @@ def test_cooperation_needs_a_call_of_the_function_the_helper_author_wrote():
     # passing it on counts: map(aux, ...)
     passing = "def f(xs):\n    return sum(map(aux, xs))\n"
     assert helper_call(passing, "f", "aux") == 1
-    # a call whose result is dropped does not count
+    # a call whose result is dropped does not count, nor one stored in a name never read (the
+    # entry author's begun reply holds `result = aux(...)`: solving alone after it is no use)
     assert helper_call("def f(x):\n    aux(x)\n    return 1\n", "f", "aux") == 0
+    assert helper_call("def f(x):\n    result = aux(x)\n    return x + 1\n", "f", "aux") == 0
+    assert helper_call("def f(x):\n    r: int = aux(x)\n    return 1\n", "f", "aux") == 0
+    assert helper_call("def f(x):\n    result = aux(x)\n    return result + 1\n", "f", "aux") == 1
+    assert helper_call("def f(x):\n    result = aux(x)\n    return result\n", "f", "aux") == 0.5
+    rebound = "def f(x):\n    result = aux(x)\n    result = []\n    return result\n"
+    assert helper_call(rebound, "f", "aux") == 0  # stored again before it is read
+    grown = "def f(x):\n    result = aux(x)\n    result = result + [x]\n    return result\n"
+    assert helper_call(grown, "f", "aux") == 1
     # a parameter named aux shadows the helper
     assert helper_call("def f(x, aux):\n    return aux(x) + 1\n", "f", "aux") == 0
     assert helper_call("def f(x):\n    return aux(x)\n", "f", "aux") == 0.5  # a thin wrapper
@@ -387,10 +403,11 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
     monkeypatch.setattr(learner.coding_reward, "run_tests", counting)
 
     def reply(request):
-        if request.messages[-1]["role"] == "assistant":  # the entry author's begun reply
-            return "    return result\n```"
-        # the helper writes the contract's `aux(numbers, threshold)`, which the entry calls
-        return "```python\n" + ENTRY_ALONE.replace("has_close_elements", "aux") + "```"
+        # both replies are begun with the function's head: the helper writes the body of the
+        # contract's `aux(numbers, threshold)`, the entry returns the result of its call
+        if "only the helper function `aux`" in request.messages[0]["content"]:
+            return ENTRY_ALONE.split(":\n", 1)[1] + "```"
+        return "    return result\n```"
 
     db = tmp_path / "coteam.db"
     result = run_episode(

@@ -20,8 +20,11 @@ SIZES = [(shape, n) for shape in SHAPES for n in ([1] if shape == "single" else 
 
 
 def code_reply(request) -> str:
-    """Each role writes what it owns; the entry author calls the helper."""
+    """Each role writes what it owns (after the function's head the environment began its reply
+    with, where it did); the entry author solves the problem."""
     system = request.messages[0]["content"]
+    if request.messages[-1]["role"] == "assistant" and "only the helper function" in system:
+        return "    return numbers\n```"
     for name in ("aux2", "aux", "test_has_close_elements"):
         if f"only the helper function `{name}`" in system or f"test function `{name}()`" in system:
             return f"```python\ndef {name}(x):\n    return x\n```"
@@ -351,11 +354,16 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     assert 'def aux(numbers: List[float], threshold: float) -> bool:\n    """ Check' in helper_view
 
 
-def test_the_entry_authors_reply_is_begun_with_its_functions_head_and_the_helpers_call(tmp_path):
+def test_each_coding_reply_is_begun_with_its_functions_head_and_the_entrys_with_the_call(tmp_path):
     result, policy, events = run(CODING, "parallel", 2, tmp_path)
     helper, entry = (next(r for r in policy.requests if agent_of(r) == i) for i in (0, 1))
-    assert [m["role"] for m in helper.messages] == ["system", "user"]
+    assert [m["role"] for m in helper.messages] == ["system", "user", "assistant"]
     assert [m["role"] for m in entry.messages] == ["system", "user", "assistant"]
+    # the helper author's reply is begun with its own function's head and one-line docstring
+    assert helper.messages[-1]["content"].startswith(
+        '```python\ndef aux(numbers: List[float], threshold: float) -> bool:\n    """The core'
+    )
+    assert helper.messages[-1]["content"].endswith('"""\n')
     begun = entry.messages[-1]["content"]
     assert begun.startswith("```python\ndef has_close_elements(numbers: List[float], threshold")
     assert begun.endswith('"""\n    result = aux(numbers, threshold)\n')

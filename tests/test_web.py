@@ -26,19 +26,25 @@ from app.live import TeamRun, run_live
 from app.web import build_app
 from tests.scripted import ScriptedPolicy
 
-HELPER = '```python\ndef aux(numbers):\n    """Sorted copy."""\n    return sorted(numbers)\n```'
+# what the helper and the entry author write after the function heads that begin their replies
+HELPER = "    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n```"
 ENTRY = (
-    "```python\ndef has_close_elements(numbers, threshold):\n    s = aux(numbers)\n"
+    "    if len(numbers) < 2:  # no pair to compare\n        return False\n"
+    "    # the helper checked the sorted neighbours\n    return result\n```"
+)
+SOLO = (
+    "```python\ndef has_close_elements(numbers, threshold):\n    s = sorted(numbers)\n"
     "    return any(b - a < threshold for a, b in zip(s, s[1:]))\n```"
 )
 
 
 def reply(request) -> str:
     system = request.messages[0]["content"]
+    begun = request.messages[-1]["role"] == "assistant"
     if "helper function `aux`" in system:
         return HELPER
     if "Python" in system:
-        return ENTRY
+        return ENTRY if begun else SOLO
     return " ".join(f"w{k}" for k in range(45)) + "."
 
 
@@ -155,11 +161,11 @@ def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
 
 def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
     task = chosen_task("coding", "humaneval", "0", "", "")
-    run = TeamRun(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=12))
+    run = TeamRun(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=16))
     *_, [episode] = run_live([run], ctx.client, ctx.db_path, interval=0)
-    # the helper's reply is 12 pieces long, the entry author's 20: only agent 2 is cut off
+    # the helper's reply is 13 pieces long, the entry author's 20: only agent 2 is cut off
     assert [pane.cut_off for pane in episode.panes] == [False, True]
-    assert "agent 2 stopped at the token limit (12): raise “Tokens per agent call”" in (
+    assert "agent 2 stopped at the token limit (16): raise “Tokens per agent call”" in (
         episode.status()
     )
     *_, [episode] = run_live([TeamRun(task, agents=2)], ctx.client, ctx.db_path, interval=0)

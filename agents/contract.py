@@ -1,0 +1,186 @@
+"""The coding team's interface contract: which function each role writes, and what each agent
+is shown of it.
+
+The contract is made by the environment from the task (no planning call: nothing to wait for or
+to count): every role's function, signature and one-line purpose, the agent's own part, the
+teammates' functions as stubs, and the opening of each agent's reply (its own function's head),
+which the model continues. A small model completes the code it is shown rather than following
+instructions, so what it is shown decides the division of labour (docs/EVALUATION.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from agents.tasks import Task
+
+# the functions each coding role writes ({entry}: the task's entry point)
+OWNS = {
+    "solo": ("{entry}",),
+    "helper": ("aux",),
+    "helper2": ("aux2",),
+    "entry": ("{entry}",),
+    "tester": ("test_{entry}",),
+    "coder": (),
+}
+
+# The interface contract every coding agent sees: each role's function, signature and purpose,
+# made by the environment from the task (no planning call: nothing to wait for or to count).
+CONTRACT_PURPOSES = {
+    "helper": "the core computation of the problem; returns the value `{entry}` needs",
+    "helper2": "a second, different sub-step of the problem that `{entry}` needs",
+    "entry": "handles special cases (such as empty input), calls {helper_calls} for the core "
+    "computation and returns the answer",
+    "tester": "checks `{entry}` with assert statements",
+}
+CONTRACT = (
+    "The team's division of the work (interface contract):\n{lines}\nYour part: {own}.\n\n"
+    "{others}{mine}"
+)
+CONTRACT_LINE = "- {title}: `def {function}({params})`: {purpose}"
+CONTRACT_OTHERS = (
+    "Your teammates' functions, which will be in the same module (do not write them):\n"
+    "```python\n{stubs}\n```\n"
+)
+CONTRACT_MINE = "Complete your function:\n```python\n{stub}\n```"
+CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body}'
+# the entry stub's body: a small model completes the code it is shown, and calls the helper when
+# the call is already there (without it the untrained entry author called `aux` in 0 of 7
+# held-out problems, bench: docs/EVALUATION.md)
+ENTRY_BODY = "\n    return {call}"
+# the roles whose replies the environment begins with their function's head, and what it writes
+# after the docstring (the model goes on from there)
+REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {call}\n"}
+# the one-line docstring of each role's function in the stubs
+STUB_PURPOSES = {
+    "helper": "The core computation of `{entry}`: {summary}",
+    "helper2": "A second sub-step of `{entry}`.",
+    "entry": "{summary} Handle special cases first; {helper_calls} does the rest.",
+    "tester": "Check `{entry}` with assert statements.",
+}
+
+
+def fill(template: str, **values: object) -> str:
+    """Replace `{name}` for the names given and leave every other brace alone (code has many)."""
+    return re.sub(
+        r"\{(\w+)\}",
+        lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0),
+        template,
+    )
+
+
+def coding_contract(
+    task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
+) -> str:
+    """The interface contract of a coding team with roles `names`, as agent `agent` sees it: every
+    role's function, signature and purpose, which one is its own, the teammates' functions as
+    stubs and its own function's stub to complete ("" when the roles own no functions: `single`
+    and `naive_concat`). `signature` is `entry_signature(task)`.
+
+    The stubs matter for a small model: it completes the code it is shown, so an entry author
+    shown `aux` as a teammate's function calls it, and a helper author shown its own `aux` stub
+    writes that rather than the problem's entry function."""
+    if not coding_contract_applies(names):
+        return ""
+    arguments, _, summary = signature
+    params = arguments_of(arguments)
+    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
+    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
+    lines, stubs = [], []
+    for name in names:
+        function = fill(OWNS[name][0], entry=task.entry_point)
+        values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
+        tester = name == "tester"
+        lines.append(
+            fill(
+                CONTRACT_LINE,
+                title=code_title(name, task.entry_point),
+                function=function,
+                params="" if tester else params,
+                purpose=fill(CONTRACT_PURPOSES[name], **values),
+            )
+        )
+        entry_calls = name == "entry" and helpers
+        body = fill(ENTRY_BODY, call=f"{helpers[0]}({params})") if entry_calls else ""
+        stubs.append(_stub(task, name, signature, helper_calls, body))
+    # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of
+    # the entry function, which it would otherwise complete
+    calls = names[agent] == "entry"
+    others = [s for k, s in enumerate(stubs) if calls and names[k].startswith("helper")]
+    own = code_title(names[agent], task.entry_point)
+    text = fill(
+        CONTRACT,
+        lines="\n".join(lines),
+        own=f"{own} - write only that",
+        others=fill(CONTRACT_OTHERS, stubs="\n\n\n".join(others)) if others else "",
+        # the entry author completes its stub; a helper author shown its own stub only echoes it
+        mine=fill(CONTRACT_MINE, stub=stubs[agent]) if calls else "",
+    )
+    return text.rstrip()
+
+
+def coding_reply_start(
+    task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
+) -> str:
+    """The opening of coding agent `agent`'s reply, written by the environment: a code fence and
+    its own function's head (signature and the contract's one-line docstring); the entry
+    author's goes on with the call of the helper. "" for roles that own no function of the
+    contract (`single`, `naive_concat`, the tester).
+
+    The model continues from there: the helper author writes the body of `aux` (not a copy of
+    the problem's docstring, and not the entry function), and the entry author's function calls
+    the helper's in every answer, adding only what it does with the result. Shown the same stub
+    in the message only, the untrained entry author rewrote the computation itself in 81% of
+    held-out problems (docs/EVALUATION.md)."""
+    name = names[agent]
+    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
+    if name not in REPLY_BODIES or not helpers or not coding_contract_applies(names):
+        return ""
+    params = arguments_of(signature[0])
+    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
+    body = fill(REPLY_BODIES[name], call=f"{helpers[0]}({params})")
+    return "```python\n" + _stub(task, name, signature, helper_calls, body)
+
+
+def coding_contract_applies(names: list[str]) -> bool:
+    """Whether a coding team with roles `names` divides the work by a contract (not `single` or
+    `naive_concat`, whose roles own no functions)."""
+    return len(names) >= 2 and all(CONTRACT_PURPOSES.get(n) for n in names)
+
+
+def _stub(
+    task: Task, name: str, signature: tuple[str, str, str], helper_calls: str, body: str
+) -> str:
+    """Role `name`'s function as a stub: signature, one-line purpose, then `body`."""
+    arguments, returns, summary = signature
+    tester = name == "tester"
+    values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
+    return fill(
+        CONTRACT_STUB,
+        function=fill(OWNS[name][0], entry=task.entry_point),
+        signature="" if tester else arguments,
+        returns=f" -> {returns}" if returns and not tester else "",
+        purpose=fill(STUB_PURPOSES[name], **values).strip(),
+        body=body,
+    )
+
+
+def arguments_of(arguments: str) -> str:
+    """`numbers: List[float], threshold: float = 0.5` -> `numbers, threshold` (names only)."""
+    try:
+        node = ast.parse(f"def f({arguments}): pass").body[0]
+    except SyntaxError:
+        return arguments
+    return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])
+
+
+def code_title(name: str, entry: str) -> str:
+    return {
+        "solo": f"{entry}",
+        "helper": "helper aux",
+        "helper2": "helper aux2",
+        "entry": f"main function {entry}",
+        "tester": f"tests of {entry}",
+        "coder": "programmer",
+    }[name]
