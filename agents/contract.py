@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from agents.tasks import Task
+from agents.tasks import Task, with_stub_bodies
 
 # the functions each coding role writes ({entry}: the task's entry point)
 OWNS = {
@@ -141,6 +141,29 @@ def coding_reply_start(
     helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
     body = fill(REPLY_BODIES[name], call=f"{helpers[0]}({params})")
     return "```python\n" + _stub(task, name, signature, helper_calls, body)
+
+
+def helper_reply_start(problem: str, helper: str = "aux") -> str:
+    """The helper author's reply begun with its whole problem, posed for `helper` (imports, the
+    signature, the problem's docstring with its examples), when that problem ends with the
+    helper's function still to write: a docstring and no body, or a bare signature. The model
+    then writes only the body, as it would complete the original problem (the team's critical
+    path loses the docstring the helper used to copy). "" otherwise (the caller falls back on
+    `coding_reply_start`)."""
+    try:
+        tree, bare = ast.parse(problem), False
+    except SyntaxError:
+        try:
+            tree, bare = ast.parse(with_stub_bodies(problem)), True
+        except SyntaxError:
+            return ""
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, ast.FunctionDef | ast.AsyncFunctionDef) or last.name != helper:
+        return ""
+    body = last.body[1:] if ast.get_docstring(last) is not None else last.body
+    if body and not (bare and len(body) == 1):  # a body the problem already wrote
+        return ""
+    return "```python\n" + problem.strip("\n") + "\n"
 
 
 def coding_contract_applies(names: list[str]) -> bool:

@@ -30,6 +30,7 @@ from agents.contract import (
     coding_contract,
     coding_reply_start,
     fill,
+    helper_reply_start,
 )
 from agents.tasks import Task, entry_signature
 
@@ -364,6 +365,7 @@ def team_roles(
             if name == "helper" and contract:
                 name_used = rf"\b{re.escape(task.entry_point)}\b(?=\s*\()"
                 problem = re.sub(name_used, "aux", task.prompt)
+                reply_start = helper_reply_start(problem) or reply_start
             # the entry author works from the contract and the problem's own code only (shown the
             # whole problem, the untrained model solved it alone and called `aux` in 0 of 6)
             if name == "entry" and contract:

@@ -354,16 +354,20 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     assert 'def aux(numbers: List[float], threshold: float) -> bool:\n    """ Check' in helper_view
 
 
-def test_each_coding_reply_is_begun_with_its_functions_head_and_the_entrys_with_the_call(tmp_path):
+def test_each_coding_reply_is_begun_by_the_environment_and_the_entrys_with_the_call(tmp_path):
     result, policy, events = run(CODING, "parallel", 2, tmp_path)
     helper, entry = (next(r for r in policy.requests if agent_of(r) == i) for i in (0, 1))
     assert [m["role"] for m in helper.messages] == ["system", "user", "assistant"]
     assert [m["role"] for m in entry.messages] == ["system", "user", "assistant"]
-    # the helper author's reply is begun with its own function's head and one-line docstring
-    assert helper.messages[-1]["content"].startswith(
-        '```python\ndef aux(numbers: List[float], threshold: float) -> bool:\n    """The core'
+    # the helper author's reply is begun with its problem posed for `aux`: it writes the body
+    assert (
+        helper.messages[-1]["content"]
+        == "```python\n"
+        + CODING.prompt.strip("\n")
+        .replace("def has_close_elements(", "def aux(")
+        .replace(">>> has_close_elements(", ">>> aux(")
+        + "\n"
     )
-    assert helper.messages[-1]["content"].endswith('"""\n')
     begun = entry.messages[-1]["content"]
     assert begun.startswith("```python\ndef has_close_elements(numbers: List[float], threshold")
     assert begun.endswith('"""\n    result = aux(numbers, threshold)\n')
@@ -377,6 +381,23 @@ def test_each_coding_reply_is_begun_with_its_functions_head_and_the_entrys_with_
     for shape, size in (("single", 1), ("naive_concat", 2)):
         _, other, _ = run(CODING, shape, size, tmp_path / shape)
         assert all(r.messages[-1]["role"] == "user" for r in other.requests)
+
+
+def test_a_helper_reply_begins_with_its_problem_only_where_the_function_is_still_to_write():
+    from agents.tasks import user_coding_task
+
+    def helper_start(prompt):
+        return team_roles(user_coding_task(prompt), "parallel", 2)[0].reply_start
+
+    bare = "# rotate a list by k places\ndef rotate(items, k):\n"
+    assert helper_start(bare) == "```python\n# rotate a list by k places\ndef aux(items, k):\n"
+    documented = 'import math\n\ndef area(r):\n    """Area of a circle."""\n'
+    assert helper_start(documented) == "```python\n" + documented.replace("area(", "aux(")
+    # a problem that already has a body is not continued: the contract's stub head instead
+    written = 'def rotate(items, k):\n    """Rotate."""\n    return items\n'
+    assert helper_start(written) == (
+        '```python\ndef aux(items, k):\n    """The core computation of `rotate`: Rotate."""\n'
+    )
 
 
 def test_the_helper_sees_the_problem_posed_for_aux_with_its_prose_unchanged():
