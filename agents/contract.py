@@ -51,7 +51,7 @@ CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body
 ENTRY_BODY = "\n    return {call}"
 # the roles whose replies the environment begins with their function's head, and what it writes
 # after the docstring (the model goes on from there)
-REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {call}\n"}
+REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {call}\n    return"}
 # the one-line docstring of each role's function in the stubs
 STUB_PURPOSES = {
     "helper": "The core computation of `{entry}`: {summary}",

@@ -13,7 +13,7 @@ from tests.scripted import ScriptedPolicy, adapters, agent_of
 def test_printer_shows_each_agents_text_whole_under_its_header(tmp_path):
     def reply(request):
         if request.messages[-1]["role"] == "assistant":  # the entry author's begun reply
-            return "    return (\n```"  # does not parse: the turn is not done
+            return " (\n```"  # `return (` does not parse: the turn is not done
         agent = agent_of(request)
         return f"```python\ndef f{agent}():\n    return '{'abcdefghij' * (agent + 2)}'\n```"
 

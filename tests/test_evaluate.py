@@ -245,15 +245,18 @@ PROBLEMS = read_problems()
 
 
 def solving_reply(request):
-    """Each helper writes an `aux`; everyone else writes HumanEval's canonical solution."""
+    """The helper writes HumanEval's canonical solution as the body of `aux` (its reply is begun
+    with the problem posed for `aux`) and the entry author returns its result (its reply is begun
+    with the call and `return`); a single agent writes the canonical solution."""
     system, user = request.messages[0]["content"], request.messages[1]["content"]
-    begun = request.messages[-1]["role"] == "assistant"  # the function's head is written
-    if "only the helper function `aux`" in system:
-        return "    return None\n```" if begun else "```python\ndef aux(x):\n    return x\n```"
+    begun = request.messages[-1]["content"] if request.messages[-1]["role"] == "assistant" else ""
+    if begun.endswith("    return"):
+        return " result\n```"
     for problem in PROBLEMS.values():
-        if begun and f"def {problem['entry_point']}(" in request.messages[-1]["content"]:
+        # the helper's instructions name the function that calls its `aux`
+        if begun and f"A teammate writes `{problem['entry_point']}`," in system:
             return f"{problem['canonical_solution']}```"
-        # the entry author sees its function's stub in the contract, not the whole problem
+        # the single agent sees the whole problem
         if problem["prompt"] in user or f"def {problem['entry_point']}(" in user:
             return f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
     raise AssertionError("no problem in the prompt")
@@ -294,7 +297,8 @@ def test_a_run_scores_records_and_resumes(tmp_path):
         ("HumanEval/1", "single"),
     ]
     assert all(r["pass"] and r["tests"] == 1.0 and r["structure"] == 1.0 for r in rows)
-    assert [r["consistency"] for r in rows if r["shape"] == "parallel"] == [0.0, 0.0]
+    # the entry function only returns the helper's result: a thin wrapper, half the credit
+    assert [r["consistency"] for r in rows if r["shape"] == "parallel"] == [0.5, 0.5]
     with store.open_db(db) as database:
         episode = store.get_episode(database, rows[-1]["episode_id"])
         failed = store.count_episodes(database, store.EpisodeFilter(status="failed"))
@@ -386,7 +390,7 @@ def test_coteam_eval_through_the_real_server(vllm_server, tmp_path, capsys):
 # begins their replies with
 AUX_BODY = """    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])
 ```"""
-ENTRY_BODY_USES_RESULT = "    if len(numbers) < 2:\n        return False\n    return result\n```"
+ENTRY_BODY_USES_RESULT = " result if len(numbers) > 1 else False\n```"
 
 
 def test_scores_follow_the_definitions(tmp_path):

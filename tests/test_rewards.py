@@ -407,7 +407,7 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
         # contract's `aux(numbers, threshold)`, the entry returns the result of its call
         if "only the helper function `aux`" in request.messages[0]["content"]:
             return ENTRY_ALONE.split(":\n", 1)[1] + "```"
-        return "    return result\n```"
+        return " result\n```"
 
     db = tmp_path / "coteam.db"
     result = run_episode(

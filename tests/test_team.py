@@ -28,10 +28,10 @@ def code_reply(request) -> str:
     for name in ("aux2", "aux", "test_has_close_elements"):
         if f"only the helper function `{name}`" in system or f"test function `{name}()`" in system:
             return f"```python\ndef {name}(x):\n    return x\n```"
-    solution = "    return any(abs(a - b) < threshold for a in numbers for b in numbers if a is not b)\n```"
-    if request.messages[-1]["role"] == "assistant":  # the reply is begun: the function's head
+    solution = " any(abs(a - b) < threshold for a in numbers for b in numbers if a is not b)\n```"
+    if request.messages[-1]["role"] == "assistant":  # begun: the function's head, then `return`
         return solution
-    return "```python\ndef has_close_elements(numbers, threshold):\n" + solution
+    return "```python\ndef has_close_elements(numbers, threshold):\n    return" + solution
 
 
 def prose_reply(request) -> str:
@@ -146,7 +146,7 @@ def test_feedback_reaches_the_next_turn_and_success_stops_the_episode(tmp_path):
         agent = agent_of(request)
         calls[agent] = calls.get(agent, 0) + 1
         if agent == 1 and calls[agent] == 1:  # its reply is begun with the function's head
-            return "    return (\n```"
+            return " (\n```"
         return code_reply(request)
 
     result, policy, events = run(
@@ -370,7 +370,7 @@ def test_each_coding_reply_is_begun_by_the_environment_and_the_entrys_with_the_c
     )
     begun = entry.messages[-1]["content"]
     assert begun.startswith("```python\ndef has_close_elements(numbers: List[float], threshold")
-    assert begun.endswith('"""\n    result = aux(numbers, threshold)\n')
+    assert begun.endswith('"""\n    result = aux(numbers, threshold)\n    return')
     # the agent's answer is the begun reply and what its model wrote after it, streamed as one
     step = next(s for s in result.steps if s["agent"] == 1)
     assert step["text"] == begun + code_reply(entry)

@@ -29,8 +29,8 @@ from tests.scripted import ScriptedPolicy
 # what the helper and the entry author write after the function heads that begin their replies
 HELPER = "    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n```"
 ENTRY = (
-    "    if len(numbers) < 2:  # no pair to compare\n        return False\n"
-    "    # the helper checked the sorted neighbours\n    return result\n```"
+    " result if len(numbers) > 1 else False  # with fewer than two numbers there is no pair,"
+    " so no close pair either\n```"
 )
 SOLO = (
     "```python\ndef has_close_elements(numbers, threshold):\n    s = sorted(numbers)\n"
@@ -163,7 +163,7 @@ def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
     task = chosen_task("coding", "humaneval", "0", "", "")
     run = TeamRun(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=16))
     *_, [episode] = run_live([run], ctx.client, ctx.db_path, interval=0)
-    # the helper's reply is 13 pieces long, the entry author's 20: only agent 2 is cut off
+    # the helper's reply is 13 pieces long, the entry author's 17: only agent 2 is cut off
     assert [pane.cut_off for pane in episode.panes] == [False, True]
     assert "agent 2 stopped at the token limit (16): raise “Tokens per agent call”" in (
         episode.status()
