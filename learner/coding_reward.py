@@ -150,11 +150,11 @@ def defines_with_return(code: str, name: str) -> bool:
 
 def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     """How the entry function uses the helper function `helper`: 1 when it calls it (an
-    `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result, 0.5 when
-    its whole body is `return helper(...)` (or `result = helper(...)`, `return result`), 0 when it
-    never calls it, only calls it as a bare statement or into names it never reads (dropping the
-    result), or binds the name itself (a parameter, a local variable, a
-    nested function), so that the name is not the helper's."""
+    `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result; 0.5
+    when its whole body is `return helper(...)` (or `result = helper(...)`, `return result`); 0
+    when it never calls it, only calls it as a bare statement or into names it does not read
+    (dropping the result), or binds the name itself (a parameter, a local variable, a nested
+    function), so that the name is not the helper's."""
     try:
         function = _function(ast.parse(entry_code), entry_point)
     except SyntaxError:
@@ -192,14 +192,13 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
         body = body[1:]  # the docstring
     if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value in calls:
         return THIN_WRAPPER
+    first, last = body if len(body) == 2 else (None, None)
+    returned = last.value if isinstance(last, ast.Return) else None
     if (  # `result = helper(...)` then `return result`: the same thin wrapper
-        len(body) == 2
-        and isinstance(body[0], ast.Assign)
-        and body[0].value in calls
-        and isinstance(body[1], ast.Return)
-        and isinstance(body[1].value, ast.Name)
-        and [ast.dump(t) for t in body[0].targets]
-        == [ast.dump(ast.Name(body[1].value.id, ast.Store()))]
+        isinstance(first, ast.Assign)
+        and first.value in calls
+        and isinstance(returned, ast.Name)
+        and [ast.unparse(t) for t in first.targets] == [returned.id]
     ):
         return THIN_WRAPPER
     return 1.0
