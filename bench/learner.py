@@ -70,10 +70,11 @@ def team_view(task: Task, shape: str, agents: int) -> tuple[list[Role], list[lis
 
 
 def coding_score(task: Task, roles: list[Role], texts: list[str]) -> float:
-    """CoTeam's coding reward (quality + coordination, 0 to 2) of the agents' texts, joined as
-    the team's combiner joins them: the reward the other trainers get for what CoTeam's team
-    would be scored on."""
+    """CoTeam's coding reward (quality + coordination, 0 to 2) of the agents' texts (what each
+    generated after its begun reply, if any), joined as the team's combiner joins them: the
+    reward the other trainers get for what CoTeam's team would be scored on."""
     owners = [r.owns for r in roles]
+    texts = [r.reply_start + t for r, t in zip(roles, texts, strict=True)]  # begun replies
     program = combine_code(texts, owners, preamble=task.preamble).code
     score = coding_reward(
         [extract_code(text) for text in texts],
@@ -231,8 +232,14 @@ def bench_comlrl(model_path, args) -> dict:
     views = [team_view(task, "parallel", AGENTS) for task in tasks]
     rows = []
     for i, (_, observations) in enumerate(views):
+        # a begun reply (the last message is the assistant's) is continued, as vLLM does for CoTeam
         prompts = [
-            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            tokenizer.apply_chat_template(
+                messages,
+                add_generation_prompt=messages[-1]["role"] != "assistant",
+                continue_final_message=messages[-1]["role"] == "assistant",
+                tokenize=False,
+            )
             for messages in observations
         ]
         rows.append({"task_index": i, **{f"prompt{a}": p for a, p in enumerate(prompts)}})
