@@ -25,7 +25,7 @@ STYLE_SHEET = (
     '"{title}" the same way throughout. Format: plain paragraphs under each `## Heading` '
     "line; no title, no bullet lists, no sub-headings, no summary of other sections."
 )
-HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$", re.M)
+HEADING = re.compile(r"^\s{0,3}(#{1,6})\s*(.+?)\s*#*\s*$", re.M)
 
 
 def outline_of(task: Task) -> list[dict]:
@@ -59,12 +59,19 @@ def normalize(heading: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", heading.lower()).strip()
 
 
-def split_headed(text: str) -> list[tuple[str | None, str]]:
-    """(heading, body) pairs in the order written; text before the first heading has None."""
+def split_headed(text: str, outline: Sequence[dict]) -> list[tuple[str | None, str]]:
+    """(heading, body) pairs in the order written; text before the first heading has None.
+
+    A heading line starts a section when it names an outline section (at any level) or is a
+    `#`/`##` line; a deeper heading that names none (`### Early life`: a sub-heading, which the
+    style sheet asks writers not to use but a small model writes anyway) stays in the text."""
     pieces, last, heading = [], 0, None
     for match in HEADING.finditer(text):
+        level, written = len(match.group(1)), match.group(2).strip()
+        if level > 2 and match_heading(written, outline) is None:
+            continue
         pieces.append((heading, text[last : match.start()].strip()))
-        heading, last = match.group(1).strip(), match.end()
+        heading, last = written, match.end()
     pieces.append((heading, text[last:].strip()))
     return [(h, b) for h, b in pieces if h is not None or b]
 
@@ -83,9 +90,10 @@ def own_sections(text: str, outline: Sequence[dict], mine: Sequence[int]) -> dic
 
     An author of one section may leave out the heading: headless text then is that section."""
     found: dict[int, str] = {}
-    for heading, body in split_headed(text):
+    pieces = split_headed(text, outline)
+    for heading, body in pieces:
         k = match_heading(heading, outline) if heading is not None else None
-        if heading is None and len(mine) == 1 and len(split_headed(text)) == 1:
+        if heading is None and len(mine) == 1 and len(pieces) == 1:
             k = mine[0]
         if k in mine and k not in found:
             found[k] = body
@@ -94,7 +102,7 @@ def own_sections(text: str, outline: Sequence[dict], mine: Sequence[int]) -> dic
 
 def written_positions(text: str, outline: Sequence[dict]) -> list[int | None]:
     """The outline position of every heading in `text` (None: a heading not in the outline)."""
-    return [match_heading(h, outline) for h, _ in split_headed(text) if h is not None]
+    return [match_heading(h, outline) for h, _ in split_headed(text, outline) if h is not None]
 
 
 def document_sections(

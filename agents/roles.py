@@ -423,7 +423,7 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         ask = fill(prompts.get(f"{name}/ask", ASKS[name]), **values)
         low, high = round(0.6 * per_section * len(mine)), round(1.5 * per_section * len(mine))
         title = "; ".join(outline[k]["heading"] for k in mine)
-        stop = tuple(f"## {outline[k]['heading']}" for k in range(len(outline)) if k not in mine)
+        stop = stop_strings([outline[k]["heading"] for k in range(len(outline)) if k not in mine])
         # the reply begins with the writer's first heading: it starts on its own section
         begun = f"## {outline[mine[0]]['heading']}\n\n"
         roles.append(
@@ -439,6 +439,13 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
             )
         )
     return roles
+
+
+def stop_strings(headings: list[str]) -> tuple[str, ...]:
+    """Where a long-form writer's call ends: a heading line of any level (`# X` is in `## X` and
+    `### X`) naming a teammate's section, as written or in title case (a writer that repeats the
+    outline as sub-headings writes "### ASCII Control Characters")."""
+    return tuple(dict.fromkeys(f"# {form}" for h in headings for form in (h, h.title())))
 
 
 # A long-form writer's share of tokens per word of its upper target (English prose is about 1.3

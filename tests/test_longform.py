@@ -149,10 +149,13 @@ def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_p
         requests = sorted(policy.requests, key=agent_of)  # parallel calls come in any order
         shares[shape] = [r.max_tokens for r in requests]
         roles = team_roles(task, shape, size)
-        headings = [f"## {s['heading']}" for s in task.extra["outline"]]
+        headings = [s["heading"] for s in task.extra["outline"]]
         for request, role in zip(requests, roles, strict=True):  # a teammate's heading
             others = [h for k, h in enumerate(headings) if k not in role.sections]
-            assert (request.stop or []) == others  # ends the call: the writer does not write it
+            # ends the call at any level, as written or title-cased: the writer does not write it
+            assert set(request.stop or []) == {f"# {h}" for h in others} | {
+                f"# {h.title()}" for h in others
+            }
         assert shares[shape] == [token_share(role) for role in roles]
         words = [role.words[1] for role in roles]
         assert all(words[i] * 1.3 < shares[shape][i] < 4096 for i in range(size))
@@ -176,6 +179,13 @@ def test_structure_compliance_and_headless_single_sections():
         "A.",
         "B.",
     ]
+    # a sub-heading stays in its section (it used to split it and drop the text under it)
+    with_sub = ["## Alpha\nA.\n### Origins\nMore of A.", "## Beta\nB."]
+    assert structure_compliance(with_sub, outline, owners) == 1.0
+    assert document_sections(with_sub, outline, owners)[0] == "A.\n### Origins\nMore of A."
+    assert structure_compliance(["## Alpha\nA.\n# Beta\nB.", "## Beta\nB."], outline, owners) == 0.5
+    # an outline heading at a deeper level is still that section
+    assert structure_compliance(["### Alpha\nA.", "#### Beta\nB."], outline, owners) == 1.0
 
 
 # -- the reward ranks hand-made documents as a person would -----------------------------------
