@@ -124,15 +124,16 @@ def coding_reply_start(
     task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
 ) -> str:
     """The opening of coding agent `agent`'s reply, written by the environment: a code fence and
-    its own function's head (signature and the contract's one-line docstring); the entry
-    author's goes on with the call of the helper. "" for roles that own no function of the
-    contract (`single`, `naive_concat`, the tester).
+    its own function's head (signature and the contract's one-line docstring), then
+    `REPLY_BODIES[role]`: for the entry author `result = aux(...)` and `return`. "" for roles
+    that own no function of the contract (`single`, `naive_concat`, the tester). The helper
+    author's reply begins with its whole problem instead where it can (`helper_reply_start`).
 
-    The model continues from there: the helper author writes the body of `aux` (not a copy of
-    the problem's docstring, and not the entry function), and the entry author's function calls
-    the helper's in every answer, adding only what it does with the result. Shown the same stub
-    in the message only, the untrained entry author rewrote the computation itself in 81% of
-    held-out problems (docs/EVALUATION.md)."""
+    The model continues from there: the entry author's function calls the helper's in every
+    answer, and what it writes is what the function returns. Shown the same stub in the message
+    only, the untrained entry author rewrote the computation itself in 81% of held-out problems;
+    given room after the call, it broke correct helpers with "special cases"
+    (docs/EVALUATION.md)."""
     name = names[agent]
     helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
     if name not in REPLY_BODIES or not helpers or not coding_contract_applies(names):
