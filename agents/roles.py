@@ -441,11 +441,15 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
     return roles
 
 
+MAX_STOPS = 4  # the most stop strings the OpenAI-compatible API takes in one request
+
+
 def stop_strings(headings: list[str]) -> tuple[str, ...]:
     """Where a long-form writer's call ends: a heading line of any level (`# X` is in `## X` and
-    `### X`) naming a teammate's section, as written or in title case (a writer that repeats the
-    outline as sub-headings writes "### ASCII Control Characters")."""
-    return tuple(dict.fromkeys(f"# {form}" for h in headings for form in (h, h.title())))
+    `### X`) naming a teammate's section as written, then, while there is room, in title case
+    (a writer that repeats the outline as sub-headings writes "### ASCII Control Characters")."""
+    forms = [f"# {h}" for h in headings] + [f"# {h.title()}" for h in headings]
+    return tuple(dict.fromkeys(forms))[:MAX_STOPS]
 
 
 # A long-form writer's share of tokens per word of its upper target (English prose is about 1.3

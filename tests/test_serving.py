@@ -48,6 +48,22 @@ def test_a_begun_reply_is_continued_not_answered_anew(policy):
     assert continued.prompt_token_ids[-2:] != fresh.prompt_token_ids[-2:]
 
 
+def test_the_server_takes_every_long_form_writers_stop_strings(policy):
+    """The OpenAI-compatible API refuses more than 4 stop strings: each writer of a 2-, 3- and
+    4-agent long-form team sends its own, and the server accepts them."""
+    from agents.roles import team_roles
+    from agents.tasks import longform_tasks
+
+    task = longform_tasks("held_out")[0]
+    requests = [
+        Request([*PROMPT], max_tokens=4, stop=list(role.stop))
+        for size in (2, 3, 4)
+        for role in team_roles(task, "parallel", size)
+    ]
+    assert max(len(r.stop) for r in requests) == 4
+    assert all(done.completion_tokens > 0 for done in policy.generate(requests))
+
+
 def test_base_model_streams_text_with_counts_and_latency(policy):
     pieces = []
     [done] = policy.generate(
