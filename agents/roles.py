@@ -49,12 +49,14 @@ PROMPTS: dict[str, str] = {
         "below. Write the whole function, with any imports or helper functions it needs. "
         + CODE_FORMAT
     ),
+    # the helper author is asked as a single programmer is (with its problem posed for `aux`):
+    # with the team-role wording instead the untrained helper's `aux` passed 20 of 32 held-out
+    # problems, with this one 23-24 (single: 26; docs/EVALUATION.md)
     "helper": (
-        "You are the helper-function author in a team of {n} Python programmers. The team "
-        "divides the work by the interface contract in the message. Your part is only the "
-        "helper function `aux`, with exactly the contract's signature: it does the core "
-        "computation of the problem. A teammate writes `{entry}`, which calls your `aux`. Do "
-        "not write `{entry}`, tests or examples, and keep the docstring to one line. " + CODE_FORMAT
+        "You are an expert Python programmer. Complete the function `aux` for the problem "
+        "below. Write the whole function, with any imports or helper functions it needs. You "
+        "are the helper-function author in a team of {n}: you write only the helper function "
+        "`aux`. A teammate writes `{entry}`, which calls your `aux`. " + CODE_FORMAT
     ),
     "helper2": (
         "You are the second helper-function author in a team of {n} Python programmers. The "
@@ -164,7 +166,7 @@ PROMPTS: dict[str, str] = {
 # The line that closes each role's user message: what to write, now.
 ASKS: dict[str, str] = {
     "solo": "Now write the complete function `{entry}`.",
-    "helper": "Now write only the function `aux` for the problem above; do not write `{entry}`.",
+    "helper": "Now write the complete function `aux`.",
     "helper2": "Now complete only your function `aux2` above; do not write `{entry}` or `aux`.",
     "entry": "Now write only your function `{entry}` above, keeping its `return` of "
     "{helper_calls} (add a check for special cases before it only if one is needed); do not "

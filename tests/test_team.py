@@ -246,9 +246,7 @@ def test_role_prompts_can_be_overridden(tmp_path):
     assert systems[0] == "CUSTOM for has_close_elements"
     assert systems[1].startswith("You are the main-function author")
     # the ask closes the user message, after the task
-    assert users[0].endswith(
-        "Now write only the function `aux` for the problem above; do not write `has_close_elements`."
-    )
+    assert users[0].endswith("Now write the complete function `aux`.")
     assert users[1].endswith("Go, has_close_elements with `aux`!")
     path = tmp_path / "roles.json"
     path.write_text(json.dumps({"entry": "E {entry}", "summary/ask": "Go."}))
