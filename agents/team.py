@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -206,6 +207,9 @@ def act(team: Team, view: View) -> dict:
         [request], on_token=lambda _, piece: write({"event": "token", **where, "text": piece})
     )
     text = begun + completion.text
+    if request.stop and completion.finish_reason == "stop":
+        # stopped at a teammate's heading: the heading's first `#` may be in the text already
+        text = re.sub(r"\n[ \t]*#+[ \t]*\Z", "\n", text)
     step = Step(
         **where,
         role=team.roles[agent].name,

@@ -261,3 +261,17 @@ def test_consistency_notices_a_section_in_another_voice_and_format():
     mixed = score([BIOLOGY, COLONY, POLLINATION, you_list])
     assert mixed["voice"] == mixed["format"] == 0.75
     assert mixed["consistency"] < score(GOOD)["consistency"]
+
+
+def test_a_writer_stopped_at_a_teammates_heading_leaves_no_stray_hash(tmp_path):
+    """vLLM ends a call at the stop string `# Heading`, so the `#` before it is already in the
+    text ("...\n\n#"): it is cut, and the document has no line of bare `#`."""
+    from agents.team import run_episode
+
+    task = longform_tasks("held_out")[0]
+    policy = ScriptedPolicy(lambda request: section_reply(request) + "\n\n#")
+    result = run_episode(
+        task, policy, shape="parallel", agents=4, adapters=adapters(4), db=tmp_path / "c.db"
+    )
+    assert not any(step["text"].rstrip().endswith("#") for step in result.steps)
+    assert not re.search(r"^\s*#+\s*$", result.output, re.M)
