@@ -50,8 +50,8 @@ PROMPTS: dict[str, str] = {
         + CODE_FORMAT
     ),
     # the helper author is asked as a single programmer is (with its problem posed for `aux`):
-    # with the team-role wording instead the untrained helper's `aux` passed 20 of 32 held-out
-    # problems, with this one 23-24 (single: 26; docs/EVALUATION.md)
+    # with the team-role wording the untrained team passed 20 of 32 held-out problems, with this
+    # one 25 (single: 26; docs/EVALUATION.md)
     "helper": (
         "You are an expert Python programmer. Complete the function `aux` for the problem "
         "below. Write the whole function, with any imports or helper functions it needs. You "
