@@ -261,7 +261,6 @@ TITLES = {
     "member": "part",
 }
 
-# Function names each coding role writes; the combiner takes a function from its owner.
 # -- the frames around what an agent sees ----------------------------------------------------
 
 TASK_FRAMES = {
@@ -306,8 +305,8 @@ class Role:
     # that is a teammate's (its heading line), rather than write it twice
     stop: tuple[str, ...] = ()
     # the opening of this agent's reply, written by the environment; the model continues it
-    # (the coding entry author's: its function's head, so completing the stub is what it does;
-    # a long-form writer's: its first section's heading)
+    # (a coding helper's: its problem posed for `aux`; the entry author's: its function's head,
+    # the helper's call and `return`; a long-form writer's: its first section's heading)
     reply_start: str = ""
 
 
