@@ -106,15 +106,11 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
     client = PolicyClient(args.vllm_url) if args.vllm_url else None
     with open_db(args.db) as db:
+        agents = sorted({r["agent"] for r in db["adapters"].rows})
         if args.action == "list" and args.json:
-            versions = [
-                adapter_record(row)
-                for agent in sorted({r["agent"] for r in db["adapters"].rows})
-                for row in adapter_lineage(db, agent)
-            ]
+            versions = [adapter_record(row) for a in agents for row in adapter_lineage(db, a)]
             print(json.dumps(versions, indent=2))
         elif args.action == "list":
-            agents = sorted({r["agent"] for r in db["adapters"].rows})
             if not agents:
                 print(
                     "no adapters yet: every agent uses the base model (train with `coteam train`)"
