@@ -85,12 +85,12 @@ def coding_contract(
         return ""
     arguments, _, summary = signature
     params = arguments_of(arguments)
-    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
-    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
+    helpers = helper_functions(names)
+    calls_text = helper_calls(helpers, params)
     lines, stubs = [], []
     for name in names:
         function = fill(OWNS[name][0], entry=task.entry_point)
-        values = {"entry": task.entry_point, "helper_calls": helper_calls, "summary": summary}
+        values = {"entry": task.entry_point, "helper_calls": calls_text, "summary": summary}
         tester = name == "tester"
         lines.append(
             fill(
@@ -103,7 +103,7 @@ def coding_contract(
         )
         entry_calls = name == "entry" and helpers
         body = fill(ENTRY_BODY, call=f"{helpers[0]}({params})") if entry_calls else ""
-        stubs.append(_stub(task, name, signature, helper_calls, body))
+        stubs.append(_stub(task, name, signature, calls_text, body))
     # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of
     # the entry function, which it would otherwise complete
     calls = names[agent] == "entry"
@@ -121,13 +121,18 @@ def coding_contract(
 
 
 def coding_reply_start(
-    task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
+    task: Task,
+    names: list[str],
+    agent: int,
+    signature: tuple[str, str, str],
+    problem: str | None = None,
 ) -> str:
     """The opening of coding agent `agent`'s reply, written by the environment: a code fence and
     its own function's head (signature and the contract's one-line docstring), then
     `REPLY_BODIES[role]`: for the entry author `result = aux(...)` and `return`. "" for roles
     that own no function of the contract (`single`, `naive_concat`, the tester). The helper
-    author's reply begins with its whole problem instead where it can (`helper_reply_start`).
+    author's reply begins with its whole `problem` (posed for `aux`) instead where it can
+    (`helper_reply_start`).
 
     The model continues from there: the entry author's function calls the helper's in every
     answer, and what it writes is what the function returns. Shown the same stub in the message
@@ -135,13 +140,14 @@ def coding_reply_start(
     given room after the call, it broke correct helpers with "special cases"
     (docs/EVALUATION.md)."""
     name = names[agent]
-    helpers = [f for n in names if n.startswith("helper") for f in OWNS[n]]
+    helpers = helper_functions(names)
     if name not in REPLY_BODIES or not helpers or not coding_contract_applies(names):
         return ""
+    if name == "helper" and problem and (whole := helper_reply_start(problem)):
+        return whole
     params = arguments_of(signature[0])
-    helper_calls = " and ".join(f"`{h}({params})`" for h in helpers)
     body = fill(REPLY_BODIES[name], call=f"{helpers[0]}({params})")
-    return "```python\n" + _stub(task, name, signature, helper_calls, body)
+    return "```python\n" + _stub(task, name, signature, helper_calls(helpers, params), body)
 
 
 def helper_reply_start(problem: str, helper: str = "aux") -> str:
@@ -149,8 +155,8 @@ def helper_reply_start(problem: str, helper: str = "aux") -> str:
     signature, the problem's docstring with its examples), when that problem ends with the
     helper's function still to write: a docstring and no body, or a bare signature. The model
     then writes only the body, as it would complete the original problem (the team's critical
-    path loses the docstring the helper used to copy). "" otherwise (the caller falls back on
-    `coding_reply_start`)."""
+    path loses the docstring the helper used to copy). "" otherwise (`coding_reply_start` then
+    begins it with the contract's stub head)."""
     try:
         tree, bare = ast.parse(problem), False
     except SyntaxError:
@@ -165,6 +171,16 @@ def helper_reply_start(problem: str, helper: str = "aux") -> str:
     if body and not (bare and len(body) == 1):  # a body the problem already wrote
         return ""
     return "```python\n" + problem.strip("\n") + "\n"
+
+
+def helper_functions(names: list[str]) -> list[str]:
+    """The functions the team's helper authors write, in role order (`aux`, `aux2`)."""
+    return [f for n in names if n.startswith("helper") for f in OWNS[n]]
+
+
+def helper_calls(helpers: list[str], params: str) -> str:
+    """How the entry function calls them: "`aux(xs, k)` and `aux2(xs, k)`"."""
+    return " and ".join(f"`{h}({params})`" for h in helpers)
 
 
 def coding_contract_applies(names: list[str]) -> bool:

@@ -30,7 +30,8 @@ from agents.contract import (
     coding_contract,
     coding_reply_start,
     fill,
-    helper_reply_start,
+    helper_calls,
+    helper_functions,
 )
 from agents.tasks import Task, entry_signature
 
@@ -345,20 +346,19 @@ def team_roles(
         instructions = prompts.get(name, PROMPTS[name])
         ask = prompts.get(f"{name}/ask", ASKS[name])
         if task.kind == "coding":
-            helpers = [f for other in names if other.startswith("helper") for f in OWNS[other]]
+            helpers = helper_functions(names)
             signature = entry_signature(task)
             params = arguments_of(signature[0])
             values = {
                 "entry": task.entry_point,
                 "n": size,
                 "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
-                "helper_calls": " and ".join(f"`{h}({params})`" for h in helpers) or "`aux`",
+                "helper_calls": helper_calls(helpers, params) or "`aux`",
                 "params": params,
             }
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
             title, words = code_title(name, task.entry_point), None
             contract = coding_contract(task, names, i, signature)
-            reply_start = coding_reply_start(task, names, i, signature)
             # the helper author that does the core computation sees the problem posed for `aux`
             # (else the untrained model writes the entry function instead, a role violation);
             # only the function's name is replaced, where it is defined or called: an entry
@@ -366,11 +366,11 @@ def team_roles(
             if name == "helper" and contract:
                 name_used = rf"\b{re.escape(task.entry_point)}\b(?=\s*\()"
                 problem = re.sub(name_used, "aux", task.prompt)
-                reply_start = helper_reply_start(problem) or reply_start
             # the entry author works from the contract and the problem's own code only (shown the
             # whole problem, the untrained model solved it alone and called `aux` in 0 of 6)
             if name == "entry" and contract:
                 problem = task.preamble
+            reply_start = coding_reply_start(task, names, i, signature, problem)
         else:
             words = WORDS[name]
             values = {
