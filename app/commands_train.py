@@ -106,22 +106,22 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
     client = PolicyClient(args.vllm_url) if args.vllm_url else None
     with open_db(args.db) as db:
-        agents = sorted({r["agent"] for r in db["adapters"].rows})
-        if args.action == "list" and args.json:
-            versions = [adapter_record(row) for a in agents for row in adapter_lineage(db, a)]
-            print(json.dumps(versions, indent=2))
-        elif args.action == "list":
-            if not agents:
+        if args.action == "list":
+            agents = sorted({r["agent"] for r in db["adapters"].rows})
+            rows = [row for agent in agents for row in adapter_lineage(db, agent)]
+            if args.json:
+                print(json.dumps([adapter_record(row) for row in rows], indent=2))
+            elif not rows:
                 print(
                     "no adapters yet: every agent uses the base model (train with `coteam train`)"
                 )
-            for agent in agents:
-                for row in adapter_lineage(db, agent):
+            else:
+                for row in rows:
                     parent = f"v{row['parent_version']}" if row.get("parent_version") else "base"
                     reward = row["metrics"].get("train_reward")
                     extra = f" train reward {reward:.3f}" if reward is not None else ""
                     print(
-                        f"{adapter_name(agent, row['version']):12s} {row['state']:9s} "
+                        f"{adapter_name(row['agent'], row['version']):12s} {row['state']:9s} "
                         f"parent {parent:5s} {row['created_at']}{extra}  {row['path']}"
                     )
         elif args.action == "promote":
