@@ -294,7 +294,7 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
         **({"checker": sandbox_check} if task.kind == "coding" else {}),
     )
     liked = (
-        preference.preference_score([r.output or "" for r in results]).tolist()
+        preference.group_preference([r.output or "" for r in results]).tolist()
         if preference is not None
         else [None] * len(results)
     )

@@ -13,6 +13,7 @@ from learner.preference import (
     fit_on_features,
     load_preference_model,
     preference_examples,
+    win_rates,
 )
 
 
@@ -73,8 +74,9 @@ def test_every_stored_rating_is_counted_even_a_lone_one(db):
     assert model.rating_ids == set(counted)
     assert load_preference_model(db, "coding").rating_ids == set(counted)  # and the one after
     assert load_preference_model(db, "writing").rating_ids == {counted[-1] + 2}
-    liked = model.preference_score(["def f(): return 3", "def f(): pass"])
+    liked = model.group_preference(["def f(): return 3", "def f(): pass"])
     assert liked.shape == (2,) and liked[0] > liked[1] and np.all((liked > 0) & (liked < 1))
+    assert liked.sum() == pytest.approx(1.0)  # of two samples, one is preferred to the other
 
 
 def code(name: str, typed: bool) -> str:
@@ -100,7 +102,38 @@ def test_a_simple_synthetic_preference_ranks_held_out_pairs_above_chance():
         examples.pairs.append((left, right, 1.0 if left_typed else 0.0))
     model = fit_on_features(np.asarray(embed_texts(examples.texts), dtype=np.float64), examples)
 
-    typed = model.preference_score([code(n, True) for n in held_out])
-    plain = model.preference_score([code(n, False) for n in held_out])
+    typed = model.raw_score([code(n, True) for n in held_out])
+    plain = model.raw_score([code(n, False) for n in held_out])
     accuracy = float(np.mean(typed > plain))
     assert accuracy >= 0.8, accuracy  # chance is 0.5
+    # in a group of the two, the typed sample is the one a person is likely to prefer
+    assert model.group_preference([code(held_out[0], True), code(held_out[0], False)])[0] > 0.6
+
+
+def test_win_rates_are_bradley_terry_within_the_group():
+    assert win_rates(np.array([0.7])).tolist() == [0.5]  # alone: no one to be preferred to
+    assert win_rates(np.array([1.0, 1.0, 1.0])).tolist() == pytest.approx([0.5, 0.5, 0.5])
+    two = win_rates(np.array([np.log(3), 0.0]))  # σ(log 3) = 0.75
+    assert two.tolist() == pytest.approx([0.75, 0.25])
+    three = win_rates(np.array([2.0, 0.0, -2.0]))
+    assert three[0] > three[1] > three[2] and three.mean() == pytest.approx(0.5)
+
+
+def test_cross_validation_fits_a_taste_confidently_and_coin_flips_flatly():
+    """Votes that follow a feature choose a weak penalty (a confident model); coin-flip votes
+    on the same pairs choose a strong one (a flat model), so a rater without a preference moves
+    the reward less."""
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(120, 16)) / 4
+    taste = np.zeros(16)
+    taste[0] = 1.0
+    tasteful, coin = PreferenceExamples(), PreferenceExamples()
+    tasteful.texts = coin.texts = [str(i) for i in range(120)]
+    for i in range(0, 120, 2):
+        tasteful.pairs.append((i, i + 1, float(features[i] @ taste > features[i + 1] @ taste)))
+        coin.pairs.append((i, i + 1, float(rng.random() < 0.5)))
+    confident = fit_on_features(features, tasteful)
+    flat = fit_on_features(features, coin)
+    assert confident.l2 < flat.l2
+    spread = [np.std(win_rates(features[:4] @ m.weights)) for m in (confident, flat)]
+    assert spread[0] > 3 * spread[1], spread

@@ -1,0 +1,135 @@
+"""Can the preference model carry a rater's taste into training? Measured on stored episodes.
+
+A simulated rater (bench/ratings.py's: it prefers the program with a checkable property, or
+flips a coin) votes on N A/B pairs of programs of the same task, taken from a store's coding
+episodes (any database: a training run's holds G samples of every task it drew). The
+preference model (learner/preference.py) is fit on those votes, then scores the episodes of
+other tasks, and this prints:
+
+    AUC           how well its score separates programs with the property from those without
+                  (0.5: it learnt nothing; 1: perfectly)
+    L2            the penalty cross-validation chose (learner/preference.py)
+    spread        the within-task standard deviation of the preference term that enters the
+                  reward (`PreferenceModel.group_preference`: the sample's probability of being
+                  preferred to another of its group), against the automatic reward's own
+                  within-task spread: the advantage is reward − group mean, so a term that barely
+                  varies inside a group cannot move the policy, however right it is
+    σ spread      the same for the term the reward used before: σ(s(x)), L2 fixed at 1e-2
+    gap           mean preference term of programs with the property minus those without
+
+Usage: python bench/preference.py --db FILE [--rater prefers|none] [--property commented|typed]
+                                  [--ratings 20,50,100] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+from ratings import PROPERTIES, vote  # noqa: E402
+from scipy.special import expit  # noqa: E402
+from scipy.stats import mannwhitneyu  # noqa: E402
+
+import store  # noqa: E402
+from learner.preference import PreferenceExamples, fit_on_features, win_rates  # noqa: E402
+from learner.writing_reward import embed_texts  # noqa: E402
+from store.db import rows  # noqa: E402
+
+
+def episodes_by_task(db_path: str) -> dict[int, list[dict]]:
+    """The store's finished coding episodes with a reward, grouped by task."""
+    with store.open_db(db_path) as db:
+        found = rows(
+            db,
+            """SELECT e.task_id, e.final_output AS output, e.reward FROM episodes e
+               JOIN tasks t ON t.id = e.task_id
+               WHERE t.kind = 'coding' AND e.status = 'ok' AND e.final_output <> ''
+                 AND e.reward IS NOT NULL""",
+            {},
+        )
+    groups: dict[int, list[dict]] = defaultdict(list)
+    for r in found:
+        groups[r["task_id"]].append(r)
+    return {t: g for t, g in groups.items() if len(g) >= 2}
+
+
+def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
+    """N A/B votes, each on two programs of one task (tasks drawn in turn, pairs at random)."""
+    examples = PreferenceExamples()
+    for k in range(n):
+        left, right = rng.sample(groups[tasks[k % len(tasks)]], 2)
+        choice = vote(rater, has, left["output"], right["output"], rng)
+        x, y = examples.text_index(left["output"]), examples.text_index(right["output"])
+        examples.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[choice]))
+        examples.rating_ids.add(k)
+    return examples
+
+
+def measure(groups, fit_tasks, test_tasks, n: int, rater: str, prop: str, seed: int) -> dict:
+    has = PROPERTIES[prop]
+    examples = simulated_votes(groups, fit_tasks, n, rater, has, random.Random(seed))
+    decisive = sum(p != 0.5 for _, _, p in examples.pairs)
+    features = np.asarray(embed_texts(examples.texts), dtype=np.float64)
+    model = fit_on_features(features, examples)  # the penalty by cross-validation
+    before = fit_on_features(features, examples, l2=1e-2)
+    test = [[e["output"] for e in groups[t]] for t in test_tasks]
+    vectors = [np.asarray(embed_texts(texts), dtype=np.float64) for texts in test]
+    liked = [win_rates(v @ model.weights) for v in vectors]  # = model.group_preference(texts)
+    sigma = [expit(v @ before.weights + before.bias) for v in vectors]
+    labels = np.array([has(t) for texts in test for t in texts])
+    scores = np.concatenate([v @ model.weights for v in vectors])
+    auc, gap = float("nan"), 0.0
+    if labels.any() and (~labels).any():
+        u = mannwhitneyu(scores[labels], scores[~labels]).statistic
+        auc = float(u / (labels.sum() * (~labels).sum()))
+        h = np.concatenate(liked)
+        gap = float(h[labels].mean() - h[~labels].mean())
+    auto = np.mean([np.std([e["reward"] for e in groups[t]]) for t in test_tasks])
+    return {
+        "ratings": n, "decisive": decisive, "l2": model.l2, "auc": auc,
+        "spread": float(np.mean([np.std(h) for h in liked])),
+        "sigma_spread": float(np.mean([np.std(h) for h in sigma])),
+        "auto_spread": float(auto), "gap": gap, "with_property": float(labels.mean()),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", required=True, help="a store with coding episodes (G per task)")
+    parser.add_argument("--rater", choices=["prefers", "none"], default="prefers")
+    parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
+    parser.add_argument("--ratings", default="20,50,100", help="comma-separated N")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    groups = episodes_by_task(args.db)
+    if len(groups) < 4:
+        parser.error(f"{args.db} has {len(groups)} coding tasks with 2+ episodes; 4 are needed")
+    tasks = sorted(groups)
+    random.Random(args.seed).shuffle(tasks)
+    fit_tasks, test_tasks = tasks[: len(tasks) // 2], tasks[len(tasks) // 2 :]
+    print(
+        f"{sum(map(len, groups.values()))} episodes of {len(groups)} tasks: votes on "
+        f"{len(fit_tasks)}, measured on {len(test_tasks)}; rater {args.rater} ({args.property})"
+    )
+    print("ratings  decisive     L2   AUC   spread  σ spread  auto spread   gap   (with property)")
+    for n in (int(x) for x in args.ratings.split(",")):
+        m = measure(groups, fit_tasks, test_tasks, n, args.rater, args.property, args.seed)
+        print(
+            f"{m['ratings']:7d}  {m['decisive']:8d}  {m['l2']:5.0e}  {m['auc']:5.2f}  {m['spread']:6.3f}"
+            f"  {m['sigma_spread']:8.3f}"
+            f"  {m['auto_spread']:11.3f}  {m['gap']:+.3f}   ({100 * m['with_property']:.0f}%)"
+        )
+
+
+if __name__ == "__main__":
+    main()
