@@ -21,6 +21,7 @@ Everything runs in a temporary COTEAM_HOME (its own database and adapter registr
 Usage: python bench/ratings.py [--rater prefers|none] [--property commented|typed] [--ratings 4]
                                [--held-out 4] [--steps 1] [--group-size 2] [--max-tokens 192]
                                [--vllm-url URL] [--json PATH]
+       python bench/ratings.py --compare RUN_JSON CONTROL_JSON
 """
 
 from __future__ import annotations
@@ -178,7 +179,28 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
         "pass_after": rate["pass"][1],
         "pass_p": p["pass"],
         "seconds": round(time.perf_counter() - t0, 1),
+        "prompts": [task.source_id for task in held_out],
+        "before": before,
+        "after": after,
     }
+
+
+def compare(run: dict, control: dict) -> str:
+    """A run's held-out answers after its retrain against the control run's after its own, paired
+    per prompt (the same prompts, the same start): what the rater's preference did beyond what
+    retraining did anyway."""
+    if run.get("prompts") != control.get("prompts"):
+        raise SystemExit("the two runs were not measured on the same held-out prompts")
+    lines = [f"{run['rater']} ({run['property']}) against the control ({control['rater']}), "
+             f"after both retrains, {len(run['prompts'])} held-out prompts:"]  # fmt: skip
+    for key in ("property", "pass"):
+        mine = [m[key] for m in run["after"]]
+        theirs = [m[key] for m in control["after"]]
+        lines.append(
+            f"  {key:8s}  {100 * sum(mine) / len(mine):5.1f}% vs {100 * sum(theirs) / len(theirs):5.1f}%"
+            f"  (McNemar p = {mcnemar(theirs, mine):.3f})"
+        )
+    return "\n".join(lines)
 
 
 def plot(runs: list[dict], path: str) -> None:
@@ -224,7 +246,17 @@ def main() -> None:
     parser.add_argument(
         "--replot", nargs="+", metavar="JSON", help="only draw --plot from earlier runs' --json"
     )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_JSON", "CONTROL_JSON"),
+        help="only compare two earlier runs' --json, paired per held-out prompt",
+    )
     args = parser.parse_args()
+    if args.compare:
+        run, control = (json.loads(Path(f).read_text()) for f in args.compare)
+        print(compare(run, control))
+        return
     if args.replot:
         if not args.plot:
             parser.error("--replot needs --plot PATH")
