@@ -143,7 +143,8 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 def adapter_record(row: dict) -> dict:
     """One adapter version as `coteam adapters list --json` prints it: `name` is the name the
     server knows it by (`coteam episode --adapter AGENT=NAME`); `source` says where it came from
-    ("trained here" by a run of this installation, or "registered" by hand)."""
+    ("shipped" with CoTeam, "trained here" by a run of this installation, or "registered" by
+    hand)."""
     from learner.registry import adapter_name
 
     return {
@@ -151,7 +152,7 @@ def adapter_record(row: dict) -> dict:
         "version": row["version"],
         "state": row["state"],
         "name": adapter_name(row["agent"], row["version"]),
-        "source": "trained here" if row.get("training_run_id") is not None else "registered",
+        "source": _source(row),
         "training_run": row.get("training_run_id"),
         "parent_version": row.get("parent_version"),
         "created_at": row["created_at"],
@@ -182,3 +183,9 @@ def cmd_learner(args: argparse.Namespace) -> int:
         print(f"learner waiting (every {args.every_ratings} ratings / {args.every_minutes} min)")
         while True:
             time.sleep(60)
+
+
+def _source(row: dict) -> str:
+    if (row.get("metrics") or {}).get("shipped"):
+        return "shipped"
+    return "trained here" if row.get("training_run_id") is not None else "registered"
