@@ -7,6 +7,7 @@ agent's part (a role violation); with the AST checks it is made of."""
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ from agents.testrun import TestReport, run_tests
 from learner.reward_config import RewardWeights
 
 THIN_WRAPPER = 0.5  # cooperation left when the entry function is only `return aux(...)`
+BUILTINS = frozenset(dir(builtins))
 
 
 def coding_reward(
@@ -151,7 +153,8 @@ def defines_with_return(code: str, name: str) -> bool:
 def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     """How the entry function uses the helper function `helper`: 1 when it calls it (an
     `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result; 0.5
-    when its whole body is `return helper(...)` (or `result = helper(...)`, `return result`); 0
+    when it only passes the result on (`return helper(...)`, `result = helper(...)` then
+    `return result`, with or without a constant fallback: `_adds_nothing`); 0
     when it never calls it, only calls it as a bare statement or into names it does not read
     (dropping the result), or binds the name itself (a parameter, a local variable, a nested
     function), so that the name is not the helper's."""
@@ -190,18 +193,70 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
-    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value in calls:
-        return THIN_WRAPPER
-    first, last = body if len(body) == 2 else (None, None)
-    returned = last.value if isinstance(last, ast.Return) else None
-    if (  # `result = helper(...)` then `return result`: the same thin wrapper
-        isinstance(first, ast.Assign)
-        and first.value in calls
-        and isinstance(returned, ast.Name)
-        and [ast.unparse(t) for t in first.targets] == [returned.id]
-    ):
-        return THIN_WRAPPER
-    return 1.0
+    return THIN_WRAPPER if _adds_nothing(body, helper, calls, set()) else 1.0
+
+
+def _adds_nothing(body: list[ast.stmt], helper: str, calls: list, results: set[str]) -> bool:
+    """Whether a function body only passes the helper's result on: it stores helper calls in
+    names, and returns that result or a constant, choosing between them by tests of the result
+    alone — `return aux(x)`; `result = aux(x)`, `return result`; and the hedges a trained entry
+    author learnt to add for the cooperation a wrapper does not earn (`return result if result
+    else []`, `return result or 0`, `if not result: return None`). A test or a value that reads
+    anything else (an argument, another function, an operation on the result) is work of its
+    own."""
+    for statement in body:
+        if isinstance(statement, ast.Assign) and statement.value in calls:
+            results |= {t.id for t in statement.targets if isinstance(t, ast.Name)}
+        elif isinstance(statement, ast.Return):
+            if statement.value is not None and not _passes_on(statement.value, calls, results):
+                return False
+        elif isinstance(statement, ast.If):
+            if not _tests_result(statement.test, results):
+                return False
+            if not _adds_nothing(statement.body, helper, calls, results):
+                return False
+            if not _adds_nothing(statement.orelse, helper, calls, results):
+                return False
+        elif not isinstance(statement, ast.Pass):
+            return False
+    return True
+
+
+def _passes_on(value: ast.expr, calls: list, results: set[str]) -> bool:
+    """The helper's result, a constant, or a choice between them by a test of the result."""
+    if value in calls or (isinstance(value, ast.Name) and value.id in results):
+        return True
+    if isinstance(value, ast.IfExp):
+        return (
+            _tests_result(value.test, results)
+            and _passes_on(value.body, calls, results)
+            and _passes_on(value.orelse, calls, results)
+        )
+    if isinstance(value, ast.BoolOp):
+        return all(_passes_on(v, calls, results) for v in value.values)
+    return _is_constant(value)
+
+
+def _tests_result(test: ast.expr, results: set[str]) -> bool:
+    """A condition on the helper's result alone: `result`, `not result`, `result is None`,
+    `len(result) == 0`, built from the result, constants and builtins."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    return bool(names & results) and all(n in results or n in BUILTINS for n in names)
+
+
+def _is_constant(value: ast.expr) -> bool:
+    """A literal: `0`, `""`, `None`, `[]`, `(1, 2)`, `{}`, `-1`."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub | ast.UAdd):
+        return _is_constant(value.operand)
+    if isinstance(value, ast.List | ast.Tuple | ast.Set):
+        return all(_is_constant(e) for e in value.elts)
+    if isinstance(value, ast.Dict):
+        return all(k is not None and _is_constant(k) for k in value.keys) and all(
+            _is_constant(v) for v in value.values
+        )
+    return False
 
 
 def _read(function: ast.FunctionDef | ast.AsyncFunctionDef, assign: ast.stmt) -> bool:

@@ -211,6 +211,30 @@ def test_cooperation_needs_a_call_of_the_function_the_helper_author_wrote():
     assert helper_call("def f(x):\n    return aux(x)\n", "f", "aux") == 0.5  # a thin wrapper
 
 
+@pytest.mark.parametrize(
+    "returned, cooperation",
+    [
+        # what the first trained entry author learnt to add after `result = aux(...)` (run 2,
+        # 32 of 32 held-out answers): a fallback on the result alone is still a thin wrapper
+        ("return result if result else []", 0.5),
+        ("return result if result else 1", 0.5),
+        ("return result or 0", 0.5),
+        ('return result if result is not None else ""', 0.5),
+        ("return result if len(result) > 0 else (-1, -1)", 0.5),
+        ("if not result:\n        return None\n    return result", 0.5),
+        # work of its own: a test of an argument, a fallback computed from one, an operation
+        ("return result if x > 0 else 0", 1.0),
+        ("return result if result else x[::-1]", 1.0),
+        ("return sorted(result)", 1.0),
+        ("return result[0]", 1.0),
+        ("if not x:\n        return []\n    return result", 1.0),
+    ],
+)
+def test_a_fallback_on_the_helpers_result_is_still_a_wrapper(returned, cooperation):
+    entry = f"def f(x):\n    result = aux(x)\n    {returned}\n"
+    assert helper_call(entry, "f", "aux") == cooperation
+
+
 def test_levels_stop_at_a_missing_entry_function_and_at_a_syntax_error():
     _, r = he0(AUX_CLOSE, "def something_else():\n    return 1\n")
     assert r["helper_defined"] == 0.4 and r["entry_defined"] == r["parses"] == r["tests"] == 0
