@@ -75,12 +75,6 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     p.add_argument("--every-ratings", type=int, help="train in the background after N new ratings")
     p.add_argument("--every-minutes", type=float, help="train in the background every T minutes")
     p.add_argument(
-        "--base-team",
-        action="store_true",
-        help="on a new installation, do not register and serve the trained adapters CoTeam ships "
-        "with (assets/adapters): start from the base model",
-    )
-    p.add_argument(
         "--allow-weak-sandbox",
         action="store_true",
         help="as an ordinary user, run generated code with the weak sandbox (prints a warning)",

@@ -143,8 +143,7 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 def adapter_record(row: dict) -> dict:
     """One adapter version as `coteam adapters list --json` prints it: `name` is the name the
     server knows it by (`coteam episode --adapter AGENT=NAME`); `source` says where it came from
-    ("shipped" with CoTeam, "trained here" by a run of this installation, or "registered" by
-    hand)."""
+    ("trained here" by a run of this installation, or "registered" by hand)."""
     from learner.registry import adapter_name
 
     return {
@@ -152,7 +151,7 @@ def adapter_record(row: dict) -> dict:
         "version": row["version"],
         "state": row["state"],
         "name": adapter_name(row["agent"], row["version"]),
-        "source": _source(row),
+        "source": "trained here" if row.get("training_run_id") is not None else "registered",
         "training_run": row.get("training_run_id"),
         "parent_version": row.get("parent_version"),
         "created_at": row["created_at"],
@@ -183,9 +182,3 @@ def cmd_learner(args: argparse.Namespace) -> int:
         print(f"learner waiting (every {args.every_ratings} ratings / {args.every_minutes} min)")
         while True:
             time.sleep(60)
-
-
-def _source(row: dict) -> str:
-    if (row.get("metrics") or {}).get("shipped"):
-        return "shipped"
-    return "trained here" if row.get("training_run_id") is not None else "registered"

@@ -10,7 +10,6 @@ flight finish on the old one, which stays loaded (and is what a rollback returns
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -19,14 +18,11 @@ from pathlib import Path
 from sqlite_utils import Database
 
 import store
-from agents.models import PROVENANCE_FILE
 from agents.policy import PolicyClient
 from store.adapters import adapter_name
 from store.paths import adapters_dir
 
 KEEP_LOADED = 2  # versions per agent kept on the server: the active one and the one before
-# the trained team that comes with CoTeam: one adapter folder per agent, a manifest and a card
-SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "adapters"
 
 
 def publish_candidate(
@@ -58,30 +54,6 @@ def publish_candidate(
         metrics=metrics,
         training_run_id=training_run_id,
     )
-
-
-def register_shipped(db: Database, model: str | Path, shipped: Path = SHIPPED) -> list[dict]:
-    """On a new installation (no agent has any adapter version yet) serving the model the shipped
-    adapters were trained on (`model`, a folder: its provenance file names the same GGUF
-    sha256): register each as its agent's version 1 and make it active, so a new user starts with
-    the trained team. Returns the rows registered (none otherwise: a registry with any history,
-    or another model, is left as it is)."""
-    manifest_path, provenance = shipped / "shipped.json", Path(model) / PROVENANCE_FILE
-    if not manifest_path.is_file() or not provenance.is_file():
-        return []
-    manifest = json.loads(manifest_path.read_text())
-    if json.loads(provenance.read_text()).get("sha256") != manifest["model_gguf_sha256"]:
-        return []
-    if store.active_adapters(db) or any(
-        store.adapter_lineage(db, agent) for agent in range(manifest["agents"])
-    ):
-        return []
-    metrics = {"shipped": True, "card": str(shipped / manifest["card"]), **manifest["metrics"]}
-    registered = []
-    for agent in range(manifest["agents"]):
-        publish_candidate(db, agent, shipped / f"agent{agent}", metrics=metrics)
-        registered.append(store.activate_adapter(db, agent, 1))
-    return registered
 
 
 def remove_unfinished_copies() -> list[Path]:

@@ -56,7 +56,7 @@ class App:
             env["COTEAM_ADMIN_PASSWORD"] = password
         command = [
             sys.executable, "-m", "app.cli", "serve", "--vllm-url", vllm_url, "--model",
-            str(model), "--port", str(self.port), "--db", str(self.db), "--base-team",
+            str(model), "--port", str(self.port), "--db", str(self.db),
         ]  # fmt: skip
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
