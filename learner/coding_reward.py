@@ -223,15 +223,21 @@ def _adds_nothing(body: list[ast.stmt], helper: str, calls: list, results: set[s
 
 
 def _passes_on(value: ast.expr, calls: list, results: set[str]) -> bool:
-    """The helper's result, a constant, or a choice between them by a test of the result."""
+    """The helper's result, a copy of it (`list(result)`, `result[:]`), a constant, or a choice
+    between them by a test of the result (or a choice between two equal values)."""
     if value in calls or (isinstance(value, ast.Name) and value.id in results):
         return True
     if isinstance(value, ast.IfExp):
+        if ast.dump(value.body) == ast.dump(value.orelse):
+            return _passes_on(value.body, calls, results)
         return (
             _tests_result(value.test, results)
             and _passes_on(value.body, calls, results)
             and _passes_on(value.orelse, calls, results)
         )
+    if _is_copy(value):
+        copied = value.value if isinstance(value, ast.Subscript) else value.args[0]
+        return _passes_on(copied, calls, results)
     if isinstance(value, ast.BoolOp):
         return all(_passes_on(v, calls, results) for v in value.values)
     return _is_constant(value)
@@ -239,9 +245,24 @@ def _passes_on(value: ast.expr, calls: list, results: set[str]) -> bool:
 
 def _tests_result(test: ast.expr, results: set[str]) -> bool:
     """A condition on the helper's result alone: `result`, `not result`, `result is None`,
-    `len(result) == 0`, built from the result, constants and builtins."""
+    `len(result) == 0`, built from the result, constants and builtins (`True` included)."""
     names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    return bool(names & results) and all(n in results or n in BUILTINS for n in names)
+    return all(n in results or n in BUILTINS for n in names)
+
+
+COPIES = frozenset({"list", "tuple", "copy", "deepcopy"})
+
+
+def _is_copy(value: ast.expr) -> bool:
+    """`list(v)`, `tuple(v)`, `copy(v)`, `copy.deepcopy(v)` or `v[:]`: the same value again."""
+    if isinstance(value, ast.Subscript):
+        s = value.slice
+        return isinstance(s, ast.Slice) and s.lower is s.upper is s.step is None
+    if not isinstance(value, ast.Call) or len(value.args) != 1 or value.keywords:
+        return False
+    f = value.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+    return name in COPIES
 
 
 def _is_constant(value: ast.expr) -> bool:

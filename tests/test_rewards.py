@@ -222,6 +222,12 @@ def test_cooperation_needs_a_call_of_the_function_the_helper_author_wrote():
         ('return result if result is not None else ""', 0.5),
         ("return result if len(result) > 0 else (-1, -1)", 0.5),
         ("if not result:\n        return None\n    return result", 0.5),
+        # a test of nothing, the same value on both sides, a copy of the result
+        ("return result if True else 0", 0.5),
+        ("return result if x else result", 0.5),
+        ("return list(result)", 0.5),
+        ("return result[:]", 0.5),
+        ("return tuple(result) if result else ()", 0.5),
         # work of its own: a test of an argument, a fallback computed from one, an operation
         ("return result if x > 0 else 0", 1.0),
         ("return result if result else x[::-1]", 1.0),
