@@ -7,9 +7,7 @@ the ask, the helper author wrote `aux` in 10 of 12 HumanEval problems instead of
 Placeholders in braces are filled per task:
 `{entry}` (the function to write), `{n}` (team size), `{helpers}` (the helper functions the
 team's helper authors write), `{document}` (what the team writes), `{sections}` (the team's
-sections in order, with "(you)" after this agent's), `{words}` (the section's target length);
-long-form writers also `{title}`, `{outline}`, `{own}`, `{others}`, `{style}` (the style sheet)
-and `{opening}` (for a writer without the first section: do not introduce the subject again).
+sections in order, with "(you)" after this agent's), `{words}` (the section's target length).
 
 Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to `team_roles`
 (a role's name for its instructions, name + "/ask" for its ask), or put the same mapping in a
@@ -106,7 +104,7 @@ PROMPTS: dict[str, str] = {
         "different sections at the same time without seeing the others' text. The outline:\n"
         "{outline}\nYou write only {own}. Your teammates write {others}: leave their topics "
         "to them. Start each of your sections with its heading line exactly as given (## "
-        "Heading) and write about {words} words under it, following its brief. {opening}{style}"
+        "Heading) and write about {words} words under it, following its brief. {style}"
     ),
     # -- writing: sections (the team's document is its sections in this order) --
     "summary": (
@@ -401,14 +399,6 @@ def team_roles(
     return roles
 
 
-# what a writer who does not own the first section is told: the untrained writers all opened
-# with the same sentences introducing the subject, the redundancy between sections
-LATER_OPENING = (
-    'The first section introduces "{title}": do not introduce it or define it again, and do not '
-    "open with a general statement about it; begin with your section's own subject. "
-)
-
-
 def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
     """Long-form roles: each agent's sections from `assign_sections`, the others' named by
     heading, the outline with briefs and the style sheet in every prompt."""
@@ -429,7 +419,6 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
             "others": _and(others) or "nothing",
             "words": per_section,
             "style": fill(STYLE_SHEET, title=task.extra["title"]),
-            "opening": "" if 0 in mine else fill(LATER_OPENING, title=task.extra["title"]),
         }
         instructions = fill(prompts.get(name, PROMPTS[name]), **values)
         ask = fill(prompts.get(f"{name}/ask", ASKS[name]), **values)
