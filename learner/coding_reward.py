@@ -7,15 +7,11 @@ agent's part (a role violation); with the AST checks it is made of."""
 from __future__ import annotations
 
 import ast
-import builtins
 import re
 from collections.abc import Sequence
 
 from agents.testrun import TestReport, run_tests
 from learner.reward_config import RewardWeights
-
-THIN_WRAPPER = 0.5  # cooperation left when the entry function is only `return aux(...)`
-BUILTINS = frozenset(dir(builtins))
 
 
 def coding_reward(
@@ -35,7 +31,7 @@ def coding_reward(
     and defines the entry function), `tests`; `structure`
     (definition and parse points over those possible, in [0, 1]); `quality` (all points over
     those possible); `cooperation` (share of the helper authors' functions that the entry author's
-    function calls and does not define itself; half for a thin wrapper); `coordination`
+    function calls and does not define itself, using the result); `coordination`
     (cooperation · (floor + (1 − floor) · tests passed)); `helper_called` (1 when every helper
     author's function is called); `role_violations` (share of agents that defined another role's
     function, nested ones included); `asserts_passed` / `asserts_total`.
@@ -152,12 +148,17 @@ def defines_with_return(code: str, name: str) -> bool:
 
 def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     """How the entry function uses the helper function `helper`: 1 when it calls it (an
-    `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result; 0.5
-    when it only passes the result on (`return helper(...)`, `result = helper(...)` then
-    `return result`, with or without a constant fallback: `_adds_nothing`); 0
-    when it never calls it, only calls it as a bare statement or into names it does not read
-    (dropping the result), or binds the name itself (a parameter, a local variable, a nested
-    function), so that the name is not the helper's."""
+    `ast.Call` of that name, or passes it on, e.g. `map(helper, xs)`) and uses the result,
+    `return helper(...)` included; 0 when it never calls it, only calls it as a bare statement
+    or into names it does not read (dropping the result), or binds the name itself (a
+    parameter, a local variable, a nested function), so that the name is not the helper's.
+
+    There is no discount for an entry function that only returns the helper's result: two
+    training runs learnt to escape each syntactic test of "work of its own" with code that
+    changes nothing the tests check (`return result if result else []` in 32 of 32 held-out
+    answers; then `return result if result != f else f`, a recursive fallback, an argument
+    fallback). A helper that does all the work is paid for by the speed term instead: the
+    critical path is then as long as a single agent's (docs/TRAINING.md, runs 2 and 3)."""
     try:
         function = _function(ast.parse(entry_code), entry_point)
     except SyntaxError:
@@ -190,94 +191,7 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     }
     if not passed_on and all(id(c) in dropped for c in calls):
         return 0.0
-    body = function.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]  # the docstring
-    return THIN_WRAPPER if _adds_nothing(body, helper, calls, set()) else 1.0
-
-
-def _adds_nothing(body: list[ast.stmt], helper: str, calls: list, results: set[str]) -> bool:
-    """Whether a function body only passes the helper's result on: it stores helper calls in
-    names, and returns that result or a constant, choosing between them by tests of the result
-    alone — `return aux(x)`; `result = aux(x)`, `return result`; and the hedges a trained entry
-    author learnt to add for the cooperation a wrapper does not earn (`return result if result
-    else []`, `return result or 0`, `if not result: return None`). A test or a value that reads
-    anything else (an argument, another function, an operation on the result) is work of its
-    own."""
-    for statement in body:
-        if isinstance(statement, ast.Assign) and statement.value in calls:
-            results |= {t.id for t in statement.targets if isinstance(t, ast.Name)}
-        elif isinstance(statement, ast.Return):
-            if statement.value is not None and not _passes_on(statement.value, calls, results):
-                return False
-        elif isinstance(statement, ast.If):
-            if not _tests_result(statement.test, results):
-                return False
-            if not _adds_nothing(statement.body, helper, calls, results):
-                return False
-            if not _adds_nothing(statement.orelse, helper, calls, results):
-                return False
-        elif not isinstance(statement, ast.Pass):
-            return False
-    return True
-
-
-def _passes_on(value: ast.expr, calls: list, results: set[str]) -> bool:
-    """The helper's result, a copy of it (`list(result)`, `result[:]`), a constant, or a choice
-    between them by a test of the result (or a choice between two equal values)."""
-    if value in calls or (isinstance(value, ast.Name) and value.id in results):
-        return True
-    if isinstance(value, ast.IfExp):
-        if ast.dump(value.body) == ast.dump(value.orelse):
-            return _passes_on(value.body, calls, results)
-        return (
-            _tests_result(value.test, results)
-            and _passes_on(value.body, calls, results)
-            and _passes_on(value.orelse, calls, results)
-        )
-    if _is_copy(value):
-        copied = value.value if isinstance(value, ast.Subscript) else value.args[0]
-        return _passes_on(copied, calls, results)
-    if isinstance(value, ast.BoolOp):
-        return all(_passes_on(v, calls, results) for v in value.values)
-    return _is_constant(value)
-
-
-def _tests_result(test: ast.expr, results: set[str]) -> bool:
-    """A condition on the helper's result alone: `result`, `not result`, `result is None`,
-    `len(result) == 0`, built from the result, constants and builtins (`True` included)."""
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    return all(n in results or n in BUILTINS for n in names)
-
-
-COPIES = frozenset({"list", "tuple", "copy", "deepcopy"})
-
-
-def _is_copy(value: ast.expr) -> bool:
-    """`list(v)`, `tuple(v)`, `copy(v)`, `copy.deepcopy(v)` or `v[:]`: the same value again."""
-    if isinstance(value, ast.Subscript):
-        s = value.slice
-        return isinstance(s, ast.Slice) and s.lower is s.upper is s.step is None
-    if not isinstance(value, ast.Call) or len(value.args) != 1 or value.keywords:
-        return False
-    f = value.func
-    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-    return name in COPIES
-
-
-def _is_constant(value: ast.expr) -> bool:
-    """A literal: `0`, `""`, `None`, `[]`, `(1, 2)`, `{}`, `-1`."""
-    if isinstance(value, ast.Constant):
-        return True
-    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub | ast.UAdd):
-        return _is_constant(value.operand)
-    if isinstance(value, ast.List | ast.Tuple | ast.Set):
-        return all(_is_constant(e) for e in value.elts)
-    if isinstance(value, ast.Dict):
-        return all(k is not None and _is_constant(k) for k in value.keys) and all(
-            _is_constant(v) for v in value.values
-        )
-    return False
+    return 1.0
 
 
 def _read(function: ast.FunctionDef | ast.AsyncFunctionDef, assign: ast.stmt) -> bool:

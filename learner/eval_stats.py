@@ -51,8 +51,8 @@ DEFINITIONS = {
         "one assert at a time, 10 s each); pass@k by the unbiased estimator",
         "tests": "fraction of the task's counted test asserts that pass",
         "consistency": "cooperation: the coding reward's coordination component in [0, 1] - "
-        "the share of helper authors' functions the entry author's function calls (half for a "
-        "thin wrapper), times 0.25 + 0.75 · tests passed; not defined for `single`",
+        "the share of helper authors' functions the entry author's function calls and uses the "
+        "result of, times 0.25 + 0.75 · tests passed; not defined for `single`",
         "helper_called": "1 if the entry author's function calls (ast.Call) every function its "
         "helper author(s) wrote, and does not define or shadow it itself; not defined for `single`",
         "role_violations": "share of the team's agents that defined a function another role owns "

@@ -297,8 +297,8 @@ def test_a_run_scores_records_and_resumes(tmp_path):
         ("HumanEval/1", "single"),
     ]
     assert all(r["pass"] and r["tests"] == 1.0 and r["structure"] == 1.0 for r in rows)
-    # the entry function only returns the helper's result: a thin wrapper, half the credit
-    assert [r["consistency"] for r in rows if r["shape"] == "parallel"] == [0.5, 0.5]
+    # the entry function returns the helper's result: a use of the helper, full credit
+    assert [r["consistency"] for r in rows if r["shape"] == "parallel"] == [1.0, 1.0]
     with store.open_db(db) as database:
         episode = store.get_episode(database, rows[-1]["episode_id"])
         failed = store.count_episodes(database, store.EpisodeFilter(status="failed"))

@@ -145,10 +145,11 @@ def test_the_reward_ranks_hand_made_answers_as_a_person_would():
     }
     reward = {name: r for name, (r, _) in table.items()}
     parts = {name: c for name, (_, c) in table.items()}
-    # cooperation > a wrapper > ignoring the helper > no helper at all (all four pass the tests)
+    # using the helper > ignoring it > no helper at all (all four pass the tests); a wrapper of a
+    # helper that does everything is a use (what it costs is the critical path: the speed term)
     assert (
         reward["helper used"]
-        > reward["thin wrapper of a helper that does everything"]
+        == reward["thin wrapper of a helper that does everything"]
         > reward["helper ignored"]
         > reward["no helper, entry alone"]
     )
@@ -201,44 +202,34 @@ def test_cooperation_needs_a_call_of_the_function_the_helper_author_wrote():
     assert helper_call("def f(x):\n    result = aux(x)\n    return x + 1\n", "f", "aux") == 0
     assert helper_call("def f(x):\n    r: int = aux(x)\n    return 1\n", "f", "aux") == 0
     assert helper_call("def f(x):\n    result = aux(x)\n    return result + 1\n", "f", "aux") == 1
-    assert helper_call("def f(x):\n    result = aux(x)\n    return result\n", "f", "aux") == 0.5
+    assert helper_call("def f(x):\n    result = aux(x)\n    return result\n", "f", "aux") == 1
     rebound = "def f(x):\n    result = aux(x)\n    result = []\n    return result\n"
     assert helper_call(rebound, "f", "aux") == 0  # stored again before it is read
     grown = "def f(x):\n    result = aux(x)\n    result = result + [x]\n    return result\n"
     assert helper_call(grown, "f", "aux") == 1
     # a parameter named aux shadows the helper
     assert helper_call("def f(x, aux):\n    return aux(x) + 1\n", "f", "aux") == 0
-    assert helper_call("def f(x):\n    return aux(x)\n", "f", "aux") == 0.5  # a thin wrapper
+    assert helper_call("def f(x):\n    return aux(x)\n", "f", "aux") == 1  # a thin wrapper
 
 
 @pytest.mark.parametrize(
-    "returned, cooperation",
+    "returned",
     [
-        # what the first trained entry author learnt to add after `result = aux(...)` (run 2,
-        # 32 of 32 held-out answers): a fallback on the result alone is still a thin wrapper
-        ("return result if result else []", 0.5),
-        ("return result if result else 1", 0.5),
-        ("return result or 0", 0.5),
-        ('return result if result is not None else ""', 0.5),
-        ("return result if len(result) > 0 else (-1, -1)", 0.5),
-        ("if not result:\n        return None\n    return result", 0.5),
-        # a test of nothing, the same value on both sides, a copy of the result
-        ("return result if True else 0", 0.5),
-        ("return result if x else result", 0.5),
-        ("return list(result)", 0.5),
-        ("return result[:]", 0.5),
-        ("return tuple(result) if result else ()", 0.5),
-        # work of its own: a test of an argument, a fallback computed from one, an operation
-        ("return result if x > 0 else 0", 1.0),
-        ("return result if result else x[::-1]", 1.0),
-        ("return sorted(result)", 1.0),
-        ("return result[0]", 1.0),
-        ("if not x:\n        return []\n    return result", 1.0),
+        # what trained entry authors learnt to add after `result = aux(...)` to escape a discount
+        # for thin wrappers (run 2: 32 of 32 held-out answers; run 3: the rest of this list)
+        "return result if result else []",
+        "return result or 0",
+        "if not result:\n        return None\n    return result",
+        "return result if result != f else f",
+        "return result if result else f(x)",
+        "return result if len(result) > 0 else x",
     ],
 )
-def test_a_fallback_on_the_helpers_result_is_still_a_wrapper(returned, cooperation):
+def test_a_fallback_on_the_helpers_result_earns_nothing_more(returned):
+    """No syntactic test of "work of its own" is left to game: a hedge scores as the plain use."""
+    plain = helper_call("def f(x):\n    result = aux(x)\n    return result\n", "f", "aux")
     entry = f"def f(x):\n    result = aux(x)\n    {returned}\n"
-    assert helper_call(entry, "f", "aux") == cooperation
+    assert helper_call(entry, "f", "aux") == plain == 1
 
 
 def test_levels_stop_at_a_missing_entry_function_and_at_a_syntax_error():
