@@ -14,7 +14,7 @@ and is dropped, as is text outside any owned heading.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agents.tasks import Task
 
@@ -103,6 +103,53 @@ def own_sections(text: str, outline: Sequence[dict], mine: Sequence[int]) -> dic
 def written_positions(text: str, outline: Sequence[dict]) -> list[int | None]:
     """The outline position of every heading in `text` (None: a heading not in the outline)."""
     return [match_heading(h, outline) for h, _ in split_headed(text, outline) if h is not None]
+
+
+# A sentence a writer wrote before, written again: the greedy loop of a small model. Only a
+# sentence of this many words counts (a short one may be repeated on purpose).
+LOOP_SENTENCE_WORDS = 8
+SENTENCE = re.compile(r"[^.!?\n]+[.!?]+(?=\s)")
+# a phrase of 6-80 characters said four times or more in a row ("the gods, the gods, ...")
+PHRASE_LOOP = re.compile(r"(\S.{5,79}?)\1{3,}", re.S)
+
+
+def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str], int | None]:
+    """Where a long-form writer's reply is cut while it streams (`Request.stop_when`): the
+    position in the reply written so far where the writer's own part ends, or None to go on.
+
+    It ends at a complete heading line naming a teammate's section, at any level and in any
+    case (the API's stop strings hold 4 forms; a 4-writer team has 6 or more, and a writer that
+    repeats the outline writes `### Ascii Control Characters`), and where the writer loops: at
+    the start of a sentence of `LOOP_SENTENCE_WORDS` or more words that it wrote before, or
+    after the first time of a phrase said four times in a row. What follows is neither the
+    writer's part nor new text: its teammates write those sections, and a loop says nothing."""
+    mine = set(mine)
+
+    def stop_when(text: str) -> int | None:
+        cuts = []
+        for match in HEADING.finditer(text):
+            k = match_heading(match.group(2), outline)
+            if k is not None and k not in mine and "\n" in text[match.end(2) :]:  # whole line
+                cuts.append(text.rfind("\n", 0, match.start(1)) + 1)  # where its line begins
+                break
+        seen = set()
+        for match in SENTENCE.finditer(text):
+            words = match.group(0).lower().split()
+            if len(words) < LOOP_SENTENCE_WORDS:
+                continue
+            sentence = " ".join(words)
+            if sentence in seen:
+                cuts.append(match.start() + len(match.group(0)) - len(match.group(0).lstrip()))
+                break
+            seen.add(sentence)
+        tail = max(len(text) - 400, 0)  # a loop shows at the end of what is written so far
+        for loop in PHRASE_LOOP.finditer(text, tail):
+            if any(c.isalpha() for c in loop.group(1)):  # words, not a rule of dashes
+                cuts.append(loop.start() + len(loop.group(1)))
+                break
+        return min(cuts) if cuts else None
+
+    return stop_when
 
 
 def document_sections(

@@ -42,6 +42,26 @@ class Request:
     stop: list[str] | None = None
     logprobs: bool = False  # also return token ids and the sampling log-probabilities (learner)
     repetition_penalty: float = 1.0  # vLLM's (>1 discourages repeating tokens already present)
+    # a stop decided on the text as it streams: given the completion so far, where it ends (a
+    # position in it) or None to go on; the call is then ended and the text cut (`pieces_kept`)
+    stop_when: Callable[[str], int | None] | None = field(default=None, repr=False)
+
+
+def pieces_kept(pieces: list[str], stop_when: Callable[[str], int | None] | None) -> int | None:
+    """How many streamed pieces to keep when `stop_when` ends the text they make: those that end
+    at or before its cut (a piece is a token or a few, so the kept text and token ids stay
+    aligned). None: no stop yet."""
+    if stop_when is None:
+        return None
+    cut = stop_when("".join(pieces))
+    if cut is None:
+        return None
+    end = 0
+    for kept, piece in enumerate(pieces):
+        end += len(piece)
+        if end > cut:
+            return kept
+    return len(pieces)
 
 
 @dataclass
@@ -105,6 +125,7 @@ class PolicyClient:
         start = time.perf_counter()
         first_token_s, pieces, usage, finish = None, [], None, None
         prompt_ids, token_ids, logprobs = None, [], []
+        marks, kept = [], None  # after each piece: how many token ids and log-probs had come
         body = {"return_token_ids": True} if request.logprobs else {}
         if request.repetition_penalty != 1.0:
             body["repetition_penalty"] = request.repetition_penalty
@@ -124,7 +145,10 @@ class PolicyClient:
                 seed=request.seed,
                 stop=request.stop,
                 stream=True,
-                stream_options={"include_usage": True},
+                # a stop decided here ends the stream before its last chunk: vLLM's usage on
+                # every chunk keeps the prompt's token count
+                stream_options={"include_usage": True}
+                | ({"continuous_usage_stats": True} if request.stop_when else {}),
                 **extra,
             )
             async for chunk in stream:
@@ -141,16 +165,29 @@ class PolicyClient:
                         if first_token_s is None:
                             first_token_s = time.perf_counter() - start
                         pieces.append(choice.delta.content)
+                        marks.append((len(token_ids), len(logprobs)))
                         if on_token:
                             on_token(index, choice.delta.content)
                     finish = choice.finish_reason or finish
+                kept = pieces_kept(pieces, request.stop_when)
+                if kept is not None:
+                    # closing the stream ends the request on the server: it generates no more
+                    await stream.close()
+                    ids, probs = marks[kept - 1] if kept else (0, 0)
+                    pieces, token_ids, logprobs = pieces[:kept], token_ids[:ids], logprobs[:probs]
+                    finish = "stop"
+                    break
         except Exception as e:
             raise PolicyError(f"request {index} to {model!r} failed: {e}") from e
+        if kept is not None or usage is None:  # what was kept: ids with log-probs, else pieces
+            completion_tokens = len(token_ids) if request.logprobs else len(pieces)
+        else:
+            completion_tokens = usage.completion_tokens
         return Completion(
             text="".join(pieces),
             adapter=request.adapter,
             prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else len(pieces),
+            completion_tokens=completion_tokens,
             latency_s=time.perf_counter() - start,
             first_token_s=first_token_s,
             finish_reason=finish,

@@ -49,7 +49,7 @@ import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.episode_result import EpisodeResult, Step
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
-from agents.outline import assemble, document_sections, outline_of
+from agents.outline import assemble, document_sections, outline_of, writer_stop
 from agents.policy import Completion, Request
 from agents.roles import (
     FEEDBACK,
@@ -198,6 +198,9 @@ def act(team: Team, view: View) -> dict:
         logprobs=s.logprobs,
         repetition_penalty=s.repetition_penalty,
         stop=list(team.roles[agent].stop) or None,
+        stop_when=writer_stop(outline_of(team.task), team.roles[agent].sections)
+        if team.task.form == "longform"
+        else None,
     )
     # a reply the environment began (see `observe`) is the agent's answer with its beginning
     begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from agents.policy import Completion, Request
+from agents.policy import Completion, Request, pieces_kept
 
 
 class ScriptedPolicy:
@@ -37,10 +37,16 @@ class ScriptedPolicy:
             cut_off = len(pieces) > request.max_tokens  # a piece stands for a token
             if cut_off:
                 pieces = pieces[: request.max_tokens]
-                text = "".join(pieces)
-            for piece in pieces:
+            streamed = []
+            for piece in pieces:  # as the client does: the text so far, after each piece
+                streamed.append(piece)
                 if on_token:
                     on_token(i, piece)
+                kept = pieces_kept(streamed, request.stop_when)
+                if kept is not None:
+                    streamed, cut_off = streamed[:kept], False
+                    break
+            pieces, text = streamed, "".join(streamed)
             completions.append(
                 Completion(
                     text=text,

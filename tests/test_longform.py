@@ -12,7 +12,9 @@ from agents.outline import (
     document_sections,
     own_sections,
     structure_compliance,
+    writer_stop,
 )
+from agents.policy import pieces_kept
 from agents.roles import team_roles, token_share
 from agents.tasks import (
     DEFAULT_OUTLINE,
@@ -128,9 +130,16 @@ def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
     assert "trespassing" not in result.output and "Etymology by agent 0" in result.output
     texts = [step["text"] for step in result.final_steps()]
     owners = [role.sections for role in result.roles]
-    assert structure_compliance(texts, task.extra["outline"], owners) == 0.75
+    # agent 1's call ended as it wrote the teammate's heading line (`writer_stop`)
+    assert "Etymology" not in texts[1] and result.final_steps()[1]["finish_reason"] == "stop"
+    assert structure_compliance(texts, task.extra["outline"], owners) == 1.0
     scored = score_episode(result)  # the one scoring path takes long-form documents
-    assert scored.components["structure"] == 0.75 and 0 <= scored.reward <= 1
+    assert scored.components["structure"] == 1.0 and 0 <= scored.reward <= 1
+    # a trespass that got through is dropped from the document and counted against structure
+    texts[1] += "\n\n## Etymology\nAgent 1 trespassing."
+    sections = document_sections(texts, task.extra["outline"], owners)
+    assert not any("trespassing" in section for section in sections)
+    assert structure_compliance(texts, task.extra["outline"], owners) == 0.75
 
 
 def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_path):
@@ -275,3 +284,54 @@ def test_a_writer_stopped_at_a_teammates_heading_leaves_no_stray_hash(tmp_path):
     )
     assert not any(step["text"].rstrip().endswith("#") for step in result.steps)
     assert not re.search(r"^\s*#+\s*$", result.output, re.M)
+
+
+OUTLINE = [{"heading": h} for h in ("Early life", "ASCII Control Characters", "Legacy")]
+
+
+@pytest.mark.parametrize(
+    "written, kept",
+    [
+        # a teammate's heading at any level and in any case, once its line is whole
+        ("Born in Rome. He grew up there.\n\n### Ascii control characters\nThe rest", 33),
+        ("Born in Rome.\n\n  ## LEGACY\n", 15),
+        ("Born in Rome.\n\n## Legacy", None),  # the line is not whole yet: it may go on
+        # the writer's own heading, a heading not in the outline, a short repeated sentence
+        ("## Early life\n\nBorn in Rome.\n\n### Childhood\nHe played.\n", None),
+        ("He lived. He lived. He lived. He lived long.\n", None),
+        # a loop: a long sentence written again ends the reply before it
+        (
+            "Achilles was the son of the Nereid Thetis and Peleus of Phthia. He fought. "
+            "Achilles was the son of the Nereid Thetis and Peleus of Phthia. And",
+            75,
+        ),
+        # a phrase said four times in a row is kept once
+        ("Then the gods, the gods, the gods, the gods, the gods", 15),
+        ("-------------------------------------\nA rule of dashes is no loop.\n", None),
+    ],
+)
+def test_a_writer_stops_at_a_teammates_heading_or_a_loop(written, kept):
+    stop_when = writer_stop(OUTLINE, [0])
+    assert stop_when(written) == kept
+
+
+def test_a_stop_keeps_whole_pieces_and_a_loop_ends_the_call(tmp_path):
+    """The text is cut between streamed pieces (so token ids stay aligned), at or before the
+    stop; a looping writer's call ends there instead of at its token share."""
+    pieces = ["Born in", " Rome.", "\n\n##", " Legacy", "\nMore"]
+    assert pieces_kept(pieces, writer_stop(OUTLINE, [0])) == 2
+    assert pieces_kept(pieces[:4], writer_stop(OUTLINE, [0])) is None
+    assert pieces_kept(pieces, None) is None
+
+    from agents.team import run_episode
+
+    loop = "The bees of the hive work together every day of the year. "
+    task = longform_tasks("held_out")[0]
+    own = lambda request: section_reply(request).split("\n\n## Etymology")[0]  # noqa: E731
+    policy = ScriptedPolicy(lambda request: own(request) + "\n\n" + loop * 40)
+    result = run_episode(
+        task, policy, shape="parallel", agents=4, adapters=adapters(4), db=tmp_path / "c.db"
+    )
+    for step in result.steps:
+        assert step["text"].count("work together every day") == 1
+        assert step["finish_reason"] == "stop"

@@ -64,6 +64,39 @@ def test_the_server_takes_every_long_form_writers_stop_strings(policy):
     assert all(done.completion_tokens > 0 for done in policy.generate(requests))
 
 
+def test_a_stop_decided_on_the_stream_ends_the_call_on_the_server(policy):
+    """`Request.stop_when` (a long-form writer's teammate heading or loop): the client cuts the
+    text between streamed pieces before the stop, counts what it kept, keeps the prompt's count,
+    and closes the stream, so the server stops generating it."""
+    import httpx
+
+    def metric(name: str) -> float:
+        text = httpx.get(f"{policy.base_url}/metrics", headers=policy.headers, timeout=30).text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+    ask = [{"role": "user", "content": "Count from 1 to 40, one number per line, nothing else."}]
+    [full] = policy.generate([Request(ask, max_tokens=120, logprobs=True)])
+    generated = metric("vllm:generation_tokens_total")
+    before_seven = lambda text: text.find("\n7") + 1 or None  # noqa: E731
+    [stopped] = policy.generate(
+        [Request(ask, max_tokens=120, logprobs=True, stop_when=before_seven)]
+    )
+    assert "\n7\n" in full.text
+    assert stopped.finish_reason == "stop" and "7" not in stopped.text
+    assert full.text.startswith(stopped.text) and "6" in stopped.text
+    assert stopped.completion_tokens == len(stopped.token_ids) == len(stopped.token_logprobs)
+    assert stopped.token_ids == full.token_ids[: stopped.completion_tokens]  # greedy: same tokens
+    assert stopped.prompt_tokens == full.prompt_tokens > 10
+    # the server ended the request when the stream closed: it generated a few tokens past the
+    # stop, not the rest of the count
+    for _ in range(120):
+        if metric("vllm:num_requests_running") == 0:
+            break
+        time.sleep(0.5)
+    extra = metric("vllm:generation_tokens_total") - generated
+    assert stopped.completion_tokens <= extra < full.completion_tokens - 20
+
+
 def test_base_model_streams_text_with_counts_and_latency(policy):
     pieces = []
     [done] = policy.generate(
