@@ -1,13 +1,16 @@
 """Serving benchmark: tokens/s of the same model through the vLLM server and through transformers
-`generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; plus batch-1
+`generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; the server is
+measured with the weights in each dtype asked (bf16, the model's own, and float32: on a CPU
+without native bf16 the server's default is float32, `agents.server.cpu_has_bf16`); plus batch-1
 decode against the memory-bandwidth bound.
 
 Bound: decoding one token at batch 1 reads every weight matrix once, so tokens/s <= read bandwidth
 / weight bytes read per token. Read bandwidth is measured here (torch.sum over 1 GiB on all cores);
-the bytes read per token are the parameters in the dtype vLLM serves (bf16), less the input
-embedding when it is not tied to the output layer (a lookup reads one row of it).
+the bytes read per token are the parameters in the dtype served (2 bytes in bf16, 4 in float32),
+less the input embedding when it is not tied to the output layer (a lookup reads one row of it).
 
-Usage: python bench/serving.py [--model PRESET|FOLDER] [--tokens 128] [--vllm-url URL]
+Usage: python bench/serving.py [--model PRESET|FOLDER] [--tokens 128]
+                               [--dtypes bfloat16,float32 | --vllm-url URL]
 """
 
 from __future__ import annotations
@@ -108,32 +111,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per request")
+    parser.add_argument(
+        "--dtypes", default="bfloat16,float32", help="the server's weight types to measure, in turn"
+    )
     parser.add_argument("--vllm-url", help="measure this running server instead of starting one")
     args = parser.parse_args()
     model_path = provision_model(args.model)
+    dtypes = ["served"] if args.vllm_url else args.dtypes.split(",")
 
     print(f"model {args.model}, {args.tokens} new tokens per request, {os.cpu_count()} cores")
     bandwidth = read_bandwidth_gbs()
     print(f"memory read bandwidth (torch.sum over 1 GiB): {bandwidth:.1f} GB/s")
-    print("transformers generate ...", flush=True)
+    print("transformers generate (float32) ...", flush=True)
     hf = bench_transformers(model_path, args.tokens)
-    print("vLLM server ...", flush=True)
-    with connect_or_start(args.vllm_url, ServerConfig(model=str(model_path), agents=1)) as client:
-        vl = bench_vllm(client, args.tokens)
+    vl = {}
+    for dtype in dtypes:
+        print(f"vLLM server ({dtype}) ...", flush=True)
+        config = ServerConfig(
+            model=str(model_path), agents=1, dtype=None if args.vllm_url else dtype
+        )
+        with connect_or_start(args.vllm_url, config) as client:
+            vl[dtype] = bench_vllm(client, args.tokens)
 
-    bound = bandwidth * 1e9 / (hf["read_params"] * 2)  # bf16 weights, each read once per token
     print()
-    print(f"{'':28s}{'transformers':>14s}{'vLLM':>10s}{'vLLM/HF':>10s}")
+    print(f"{'':30s}{'transformers':>14s}" + "".join(f"{'vLLM ' + d:>18s}" for d in dtypes))
     for key, label in (
         ("batch1", "batch 1, greedy (tok/s)"),
         ("batch8", "8 concurrent, sampled (tok/s)"),
     ):
-        print(f"{label:28s}{hf[key]:14.1f}{vl[key]:10.1f}{vl[key] / hf[key]:9.1f}x")
-    print(
-        f"batch-1 bound {bound:.1f} tok/s ({hf['read_params'] / 1e6:.0f}M params x 2 bytes at "
-        f"{bandwidth:.1f} GB/s): vLLM reaches {vl['batch1'] / bound:.2f} of it "
-        f"(within 2x: {'yes' if vl['batch1'] * 2 >= bound else 'no'})"
-    )
+        cells = "".join(f"{vl[d][key]:10.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in dtypes)
+        print(f"{label:30s}{hf[key]:14.1f}{cells}")
+    if {"bfloat16", "float32"} <= set(vl):
+        for key in ("batch1", "batch8"):
+            ratio = vl["float32"][key] / vl["bfloat16"][key]
+            print(f"vLLM float32 / bfloat16, {key}: {ratio:.2f}x")
+    for dtype in dtypes:
+        size = 4 if dtype == "float32" else 2
+        bound = bandwidth * 1e9 / (hf["read_params"] * size)  # each weight read once per token
+        print(
+            f"{dtype}: batch-1 bound {bound:.1f} tok/s ({hf['read_params'] / 1e6:.0f}M params x "
+            f"{size} bytes at {bandwidth:.1f} GB/s): vLLM reaches {vl[dtype]['batch1'] / bound:.2f}"
+        )
 
 
 if __name__ == "__main__":

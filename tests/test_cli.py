@@ -155,6 +155,30 @@ def test_each_vllm_server_gets_a_fresh_api_key_and_no_admin_password(monkeypatch
     assert len(first.api_key) >= 32
 
 
+def test_the_server_computes_in_float32_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
+    """vLLM's CPU backend is slow on a bf16 model without AVX512-BF16/AMX: the server is then
+    told float32; on a GPU or a bf16 CPU the model's own type, and an explicit dtype wins."""
+    import agents.server as server
+    from agents.server import ServerConfig, VLLMServer
+
+    python = tmp_path / "python"
+    python.write_text("")
+    monkeypatch.setattr(server, "has_nvidia_gpu", lambda: False)
+
+    def dtype(config: ServerConfig) -> str | None:
+        cmd = VLLMServer(config).command()
+        return cmd[cmd.index("--dtype") + 1] if "--dtype" in cmd else None
+
+    monkeypatch.setattr(server, "cpu_has_bf16", lambda: False)
+    assert dtype(ServerConfig(model="m", python=python)) == "float32"
+    assert dtype(ServerConfig(model="m", python=python, dtype="bfloat16")) == "bfloat16"
+    monkeypatch.setattr(server, "cpu_has_bf16", lambda: True)
+    assert dtype(ServerConfig(model="m", python=python)) is None
+    monkeypatch.setattr(server, "has_nvidia_gpu", lambda: True)
+    monkeypatch.setattr(server, "cpu_has_bf16", lambda: False)
+    assert dtype(ServerConfig(model="m", python=python)) is None
+
+
 def test_adapters_list_json_gives_each_version_its_server_name_and_source(tmp_path):
     import store
     from store import register_adapter
