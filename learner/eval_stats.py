@@ -42,6 +42,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "turns": ("turns", ("coding", "writing")),
     "time_s": ("time (s)", ("coding", "writing")),
     "time_vs_single": ("time / single", ("coding", "writing")),
+    "word_time_vs_single": ("time per word / single", ("writing",)),
     "tokens": ("tokens", ("coding", "writing")),
     "reward": ("joint reward", ("coding", "writing")),
 }
@@ -97,6 +98,11 @@ TIME_VS_SINGLE = (
 )
 for _kind in DEFINITIONS.values():
     _kind["time_vs_single"] = TIME_VS_SINGLE
+DEFINITIONS["writing"]["word_time_vs_single"] = (
+    "mean over tasks of the episode's wall time per word written divided by `single`'s on the "
+    "same task: the speed at equal length (a single writer that stops early is fast by writing "
+    "less); only when `single` ran"
+)
 # The long-form set (4-section documents, agents/outline.py) measures structure and redundancy
 # on the document's sections, for `single` too.
 LONGFORM_DEFINITIONS = {
@@ -221,12 +227,21 @@ def per_task(records: Iterable[dict], metric: str) -> dict[str, float]:
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
+def with_word_time(record: dict) -> dict:
+    """The record with `word_time_s`, its wall time per word of text, where it wrote any."""
+    words = sum(record.get("words") or [])
+    if not words or record.get("time_s") is None:
+        return record
+    return {**record, "word_time_s": record["time_s"] / words}
+
+
 def summarize(records: Sequence[dict], config: Any, task_count: int, command: str = "") -> dict:
     """Everything the report shows, as one JSON-ready dict (results.json). `config` is the run's
     `learner.evaluate.EvalConfig` and `task_count` its number of tasks (not imported: evaluate
     imports this module)."""
     kind = config.task
     metrics = [m for m, (_, kinds) in METRICS.items() if kind in kinds]
+    records = [with_word_time(r) for r in records]
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["shape"], r["variant"])].append(r)
@@ -246,13 +261,14 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
             "pass_at_k": _pass_at_k(rows, config),
         }
         table.append(entry)
-    for entry in table:  # wall time against single writing (or coding) the same task
+    for entry in table:  # wall time (per word, for writing) against single on the same task
         single = groups.get(("single", entry["variant"]))
         rows = groups[(entry["shape"], entry["variant"])]
-        if single:
-            base, own = per_task(single, "time_s"), per_task(rows, "time_s")
-            ratios = [own[t] / base[t] for t in own if base.get(t)]
-            entry["metrics"]["time_vs_single"] = mean_ci(ratios)
+        for field, metric in (("time_s", "time_vs_single"), ("word_time_s", "word_time_vs_single")):
+            if single and metric in metrics:
+                base, own = per_task(single, field), per_task(rows, field)
+                ratios = [own[t] / base[t] for t in own if base.get(t)]
+                entry["metrics"][metric] = mean_ci(ratios)
 
     tests = []
     comparisons = []
@@ -267,7 +283,10 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
     for variant in list(config.variants)[1:]:
         for shape in config.shapes:
             comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
-    derived = {"time_vs_single"}  # from the groups, not a field of each record
+    derived = {
+        "time_vs_single",
+        "word_time_vs_single",
+    }  # from the groups, not a field of each record
     constant = [m for m in metrics if m not in derived and len({r.get(m) for r in records}) == 1]
     for metric in metrics:
         if metric in constant:  # e.g. turns with a turn limit of 1: nothing to test

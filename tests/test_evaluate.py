@@ -514,3 +514,20 @@ def test_time_against_single_is_the_mean_per_task_ratio():
         (0.5 + 1 + 0.25) / 3
     )
     assert groups["single"]["metrics"]["time_vs_single"]["mean"] == pytest.approx(1.0)
+
+
+def test_writing_time_per_word_against_single_counts_what_each_wrote():
+    """A single writer that stops after half the document is fast by writing less: per word,
+    the team that wrote all of it in the same time is twice as fast."""
+    config = EvalConfig(task="writing", writing_set="longform", shapes=("parallel", "single"))
+    rows = records("parallel", [0, 0], time_s=[10.0, 8.0])
+    rows += records("single", [0, 0], time_s=[10.0, 16.0])
+    for row, words in zip(rows, ([100, 100], [50, 50], [100], [100]), strict=True):
+        row["words"] = words
+    groups = {g["shape"]: g for g in summarize(rows, config, 2)["groups"]}
+    team = groups["parallel"]["metrics"]
+    assert team["time_vs_single"]["mean"] == pytest.approx((1.0 + 0.5) / 2)
+    assert team["word_time_vs_single"]["mean"] == pytest.approx((0.5 + 0.5) / 2)
+    assert groups["single"]["metrics"]["word_time_vs_single"]["mean"] == pytest.approx(1.0)
+    coding = summarize(records("single", [1]), EvalConfig(shapes=("single",), limit=1), 1)
+    assert "word_time_vs_single" not in coding["groups"][0]["metrics"]
