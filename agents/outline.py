@@ -3,8 +3,9 @@
 A long-form task (`Task.form == "longform"`) carries an outline: sections with a heading and a
 one-line brief. The environment deals the sections out to the team in document order, in
 contiguous runs as even as possible (4 agents: one each; 2: two each; 3: 1, 1, 2). Every agent
-sees the whole outline (headings and briefs, never a teammate's text), which sections are its own,
-and the shared style sheet, so parts written at the same time still fit together.
+sees the whole outline (every heading, the briefs of its own sections only, never a teammate's
+text), which sections are its own, and the shared style sheet, so parts written at the same time
+still fit together.
 
 Each agent answers with its sections, each under a `## Heading` line. The document keeps each
 section from its owner only: a heading an agent writes that is not its own is a role violation
@@ -45,12 +46,17 @@ def assign_sections(sections: int, agents: int) -> list[list[int]]:
     return [list(range(s, s + n)) for s, n in zip(starts, sizes, strict=True)]
 
 
-def outline_text(outline: Sequence[dict], mine: Sequence[int] = (), mark: str = "(yours)") -> str:
-    """The outline as numbered lines `n. ## Heading - brief`, with `mark` after owned sections."""
+def outline_text(
+    outline: Sequence[dict], mine: Sequence[int] = (), mark: str = "(yours)", team: bool = False
+) -> str:
+    """The outline as numbered lines `n. ## Heading - brief`, with `mark` after owned sections.
+    For a member of a team (`team`), a teammate's section is its heading alone: the brief is the
+    owner's material, and a writer shown it retells it in its own section."""
     lines = []
     for k, section in enumerate(outline):
         owner = f" {mark}" if k in mine else ""
-        brief = f" - {section['brief']}" if section["brief"] else ""
+        shown = section["brief"] and (k in mine or not team)
+        brief = f" - {section['brief']}" if shown else ""
         lines.append(f"{k + 1}. ## {section['heading']}{owner}{brief}")
     return "\n".join(lines)
 
@@ -108,7 +114,8 @@ def written_positions(text: str, outline: Sequence[dict]) -> list[int | None]:
 # A sentence a writer wrote before, written again: the greedy loop of a small model. Only a
 # sentence of this many words counts (a short one may be repeated on purpose).
 LOOP_SENTENCE_WORDS = 8
-SENTENCE = re.compile(r"[^.!?\n]+[.!?]+(?=\s)")
+# a sentence ends at its stop and any closing quotes or brackets after it ('means "pain." The')
+SENTENCE = re.compile(r"[^.!?\n]+[.!?]+[\"'”’)\]]*(?=\s)")
 # a phrase of 6-80 characters said four times or more in a row ("the gods, the gods, ...")
 PHRASE_LOOP = re.compile(r"(\S.{5,79}?)\1{3,}", re.S)
 

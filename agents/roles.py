@@ -401,7 +401,7 @@ def team_roles(
 
 def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
     """Long-form roles: each agent's sections from `assign_sections`, the others' named by
-    heading, the outline with briefs and the style sheet in every prompt."""
+    heading, the outline (briefs of one's own sections) and the style sheet in every prompt."""
     from agents.outline import STYLE_SHEET, assign_sections, outline_of, outline_text
 
     outline, per_section = outline_of(task), section_words_of(task)
@@ -414,7 +414,7 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         values = {
             "n": len(names),
             "title": task.extra["title"],
-            "outline": outline_text(outline, mine if len(names) > 1 else ()),
+            "outline": outline_text(outline, mine if len(names) > 1 else (), team=len(names) > 1),
             "own": _and(own),
             "others": _and(others) or "nothing",
             "words": per_section,

@@ -88,7 +88,7 @@ def test_sections_are_dealt_in_order_in_even_runs():
 
 
 @pytest.mark.parametrize("size", [2, 3, 4])
-def test_each_view_names_its_own_sections_the_others_headings_and_the_style_sheet(size):
+def test_each_view_names_its_own_sections_and_briefs_the_others_headings_and_the_style_sheet(size):
     task = longform_tasks("held_out")[0]
     outline = task.extra["outline"]
     roles = team_roles(task, "parallel", size)
@@ -100,8 +100,18 @@ def test_each_view_names_its_own_sections_the_others_headings_and_the_style_shee
         assert all(f'"## {h}"' in role.ask for h in mine)
         assert not any(f'"## {h}"' in role.ask for h in others)
         assert all(f'"## {h}"' in role.instructions.split("You write only")[1] for h in others)
-        assert all(s["brief"] in role.instructions for s in outline)
+        # its own sections' briefs, and of a teammate's section the heading alone
+        assert all(outline[k]["brief"] in role.instructions for k in role.sections)
+        assert not any(
+            s["brief"] in role.instructions for k, s in enumerate(outline) if k not in role.sections
+        )
         assert "Style sheet" in role.instructions and task.extra["title"] in role.instructions
+
+
+def test_the_single_writer_sees_every_brief():
+    task = longform_tasks("held_out")[0]
+    (role,) = team_roles(task, "single", 1)
+    assert all(s["brief"] in role.instructions for s in task.extra["outline"])
 
 
 def section_reply(request) -> str:
@@ -304,6 +314,13 @@ OUTLINE = [{"heading": h} for h in ("Early life", "ASCII Control Characters", "L
             "Achilles was the son of the Nereid Thetis and Peleus of Phthia. He fought. "
             "Achilles was the son of the Nereid Thetis and Peleus of Phthia. And",
             75,
+        ),
+        # a sentence that ends in a quotation counts too (a two-sentence loop the model wrote)
+        (
+            'It comes from the Greek word "achilles," which means "pain." It comes from the '
+            'Latin word "achilles," which means "pain." It comes from the Greek word "achilles,"'
+            ' which means "pain." It',
+            122,
         ),
         # a phrase said four times in a row is kept once
         ("Then the gods, the gods, the gods, the gods, the gods", 15),
