@@ -51,7 +51,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from learner.run import execute_run, resume_run, start_run
     from learner.train import steps_per_pass, training_tasks
     from store import adapter_name
-    from store.paths import coteam_home
+    from store.paths import runs_dir
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if not args.verbose:
@@ -62,7 +62,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         train_args = _train_args(args)
         run_id = start_run(args.db, "cli", train_args)
-    curve = coteam_home() / "runs" / "curves" / f"run-{run_id}.png"
+    curve = runs_dir(args.db) / "curves" / f"run-{run_id}.png"
     pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)
     with contextlib.ExitStack() as stack:
         client = episode_policy(args, stack)

@@ -41,12 +41,12 @@ def resume_run(db_path, stopped: int) -> tuple[int, TrainArgs, Path]:
     if row["state"] in ("running", "ok"):
         raise ValueError(f"training run {stopped} is {row['state']}: only a stopped run resumes")
     args = TrainArgs.from_json(row["config"])
-    source = checkpoint_folder(stopped)
+    source = checkpoint_folder(stopped, db_path)
     done = read_checkpoint(source)["step"]
     if done >= args.steps:
         raise ValueError(f"training run {stopped} completed all {args.steps} steps already")
     run_id = start_run(db_path, f"resume of run {stopped}", args)
-    folder = checkpoint_folder(run_id)
+    folder = checkpoint_folder(run_id, db_path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     source.rename(folder)
     log.info("run %d resumes run %d after step %d of %d", run_id, stopped, done, args.steps)
@@ -92,7 +92,9 @@ def execute_run(
         with store.open_db(db_path) as db:
             store.update_training_run(db, run_id, progress=1.0, message="done")
             store.finish_training_run(db, run_id, metrics=metrics)
-        shutil.rmtree(checkpoint_folder(run_id), ignore_errors=True)  # only a stopped run resumes
+        shutil.rmtree(
+            checkpoint_folder(run_id, db_path), ignore_errors=True
+        )  # only a stopped run resumes
         return metrics
     except Cancelled:
         log.info("training run %d cancelled", run_id)

@@ -44,7 +44,7 @@ from learner.promotion import GateSettings
 from learner.registry import adapter_name, publish_candidate, serving_adapters
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import score_episode
-from store.paths import coteam_home, default_db_path
+from store.paths import default_db_path, runs_dir
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,8 @@ def train(
 
     With `run_id`, progress and metrics go to that training run in the store as it trains, a
     checkpoint (adapters, optimizer state, task order, history) is kept after every step in
-    `checkpoint_folder(run_id)`, and a run whose state turns 'cancelled' stops at the next step
-    boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a stopped run
+    `checkpoint_folder(run_id, db_path)`, and a run whose state turns 'cancelled' stops at the
+    next step boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a stopped run
     from its last completed step.
     """
     cfg = args.magrpo
@@ -170,7 +170,7 @@ def train(
         next(task_stream)
     db_path = db_path or default_db_path()
     # a unique name: a server shared with other databases may know "run-1" already
-    scratch = coteam_home() / "runs" / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
+    scratch = runs_dir(db_path) / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
     with store.open_db(db_path) as db:
         start_names = serving_adapters(db, args.agents)
         active = store.active_adapters(db)
@@ -186,7 +186,7 @@ def train(
     preference = _preference_model(args, db_path)
     ratings_learnt = len(preference.rating_ids) if preference else 0
     history: list[dict] = resumed["history"] if resumed else []
-    checkpoint = checkpoint_folder(run_id) if run_id is not None else None
+    checkpoint = checkpoint_folder(run_id, db_path) if run_id is not None else None
     try:
         if resumed:
             policies.load_optimizers(resume_from)
@@ -305,9 +305,10 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
     return results, torch.tensor([s.reward for s in scores])
 
 
-def checkpoint_folder(run_id: int) -> Path:
-    """Where a run keeps its last completed step (for `coteam train --resume RUN`)."""
-    return coteam_home() / "runs" / f"run-{run_id}" / "checkpoint"
+def checkpoint_folder(run_id: int, db_path: str | Path | None = None) -> Path:
+    """Where run `run_id` of database `db_path` keeps its last completed step (for `coteam
+    train --resume RUN`)."""
+    return runs_dir(db_path) / f"run-{run_id}" / "checkpoint"
 
 
 def write_checkpoint(policies: AgentPolicies, folder: Path, step: int, history, tasks) -> None:

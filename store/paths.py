@@ -4,6 +4,7 @@ Everything CoTeam writes at run time lives under it: the database, adapters, con
 virtual environments and logs. It sits in `store` because every other package may import `store`.
 """
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -17,6 +18,19 @@ def coteam_home() -> Path:
 
 def default_db_path() -> Path:
     return coteam_home() / "coteam.db"
+
+
+def runs_dir(db_path: str | Path | None = None) -> Path:
+    """Where one database's training runs keep their files (checkpoints, reward curves).
+
+    Run ids count per database, so each database has its own folder: `runs/` for the default
+    database, `runs/<file name>-<hash of its path>/` for any other, so that resuming run 1 of
+    one database never picks up run 1 of another."""
+    path = Path(db_path or default_db_path()).expanduser().resolve()
+    runs = coteam_home() / "runs"
+    if path == default_db_path().resolve():
+        return runs
+    return runs / f"{path.stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
 def models_dir() -> Path:

@@ -78,18 +78,41 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
         store.fail_training_run(db, stopped, "killed")
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         resume_run(db_path, stopped)
-    folder = checkpoint_folder(stopped)
+    folder = checkpoint_folder(stopped, db_path)
     folder.mkdir(parents=True)
     (folder / "state.json").write_text('{"step": 1, "history": [], "task_order": []}')
     run_id, resumed_args, moved = resume_run(db_path, stopped)
     assert resumed_args == args and run_id != stopped
-    assert moved == checkpoint_folder(run_id) and (moved / "state.json").is_file()
+    assert moved == checkpoint_folder(run_id, db_path) and (moved / "state.json").is_file()
     with store.open_db(db_path) as db:
         assert store.get_training_run(db, run_id)["trigger"] == f"resume of run {stopped}"
         store.fail_training_run(db, run_id, "killed again")
     (moved / "state.json").write_text('{"step": 3, "history": [], "task_order": []}')
     with pytest.raises(ValueError, match="completed all 3 steps"):
         resume_run(db_path, run_id)
+
+
+def test_run_1_of_one_database_never_resumes_from_run_1_of_another(home, tmp_path):
+    from learner.run import resume_run, start_run
+    from learner.train import TrainArgs, checkpoint_folder
+
+    default, other = home / "coteam.db", tmp_path / "eval" / "coteam.db"
+    other.parent.mkdir()
+    runs = {}
+    for db_path in (default, other):
+        runs[db_path] = start_run(db_path, "cli", TrainArgs(steps=3, task_limit=4))
+        with store.open_db(db_path) as db:
+            store.fail_training_run(db, runs[db_path], "killed")
+    assert runs[default] == runs[other] == 1
+    assert checkpoint_folder(1, default) == home / "runs" / "run-1" / "checkpoint"
+    assert checkpoint_folder(1, other).parent.parent.parent == home / "runs"
+    assert checkpoint_folder(1, other) != checkpoint_folder(1, default)
+    folder = checkpoint_folder(1, default)
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text('{"step": 1, "history": [], "task_order": []}')
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        resume_run(other, 1)  # the default database's checkpoint is not the other's
+    assert resume_run(default, 1)[2] == checkpoint_folder(2, default)
 
 
 def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
