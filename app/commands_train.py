@@ -49,7 +49,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agents.models import provision_model
     from learner.report import plot_training_curve
     from learner.run import execute_run, resume_run, start_run
-    from learner.train import steps_per_pass, training_tasks
+    from learner.train import read_checkpoint, steps_per_pass, training_tasks
     from store import adapter_name
     from store.paths import runs_dir
 
@@ -67,8 +67,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         client = episode_policy(args, stack)
         base = provision_model(args.model)
-        bar = tqdm(total=train_args.steps, unit="step", desc=f"training run {run_id}")
-        history = []
+        # a resumed run's bar and curve go on from the steps done before it stopped
+        history = read_checkpoint(resume_from)["history"] if resume_from else []
+        bar = tqdm(
+            total=train_args.steps, initial=len(history), unit="step", desc=f"training run {run_id}"
+        )
 
         def on_step(metrics: dict) -> None:
             history.append(metrics)
