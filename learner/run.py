@@ -92,9 +92,8 @@ def execute_run(
         with store.open_db(db_path) as db:
             store.update_training_run(db, run_id, progress=1.0, message="done")
             store.finish_training_run(db, run_id, metrics=metrics)
-        shutil.rmtree(
-            checkpoint_folder(run_id, db_path), ignore_errors=True
-        )  # only a stopped run resumes
+        # only a stopped run resumes
+        shutil.rmtree(checkpoint_folder(run_id, db_path), ignore_errors=True)
         return metrics
     except Cancelled:
         log.info("training run %d cancelled", run_id)

@@ -151,8 +151,8 @@ def train(
     With `run_id`, progress and metrics go to that training run in the store as it trains, a
     checkpoint (adapters, optimizer state, task order, history) is kept after every step in
     `checkpoint_folder(run_id, db_path)`, and a run whose state turns 'cancelled' stops at the
-    next step boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a stopped run
-    from its last completed step.
+    next step boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a
+    stopped run from its last completed step.
     """
     cfg = args.magrpo
     args.check()
