@@ -7,6 +7,7 @@ run, so `coteam train --resume RUN` picks up a stopped run with the config it st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import traceback
@@ -49,6 +50,8 @@ def resume_run(db_path, stopped: int) -> tuple[int, TrainArgs, Path]:
     folder = checkpoint_folder(run_id, db_path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     source.rename(folder)
+    with contextlib.suppress(OSError):  # the stopped run's folder, empty now
+        source.parent.rmdir()
     log.info("run %d resumes run %d after step %d of %d", run_id, stopped, done, args.steps)
     return run_id, args, folder
 

@@ -84,6 +84,7 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
     run_id, resumed_args, moved = resume_run(db_path, stopped)
     assert resumed_args == args and run_id != stopped
     assert moved == checkpoint_folder(run_id, db_path) and (moved / "state.json").is_file()
+    assert not checkpoint_folder(stopped, db_path).parent.exists()  # nothing left behind
     with store.open_db(db_path) as db:
         assert store.get_training_run(db, run_id)["trigger"] == f"resume of run {stopped}"
         store.fail_training_run(db, run_id, "killed again")
