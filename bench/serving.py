@@ -2,7 +2,9 @@
 `generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; the server is
 measured with the weights in each dtype asked (bf16, the model's own, and float32: on a CPU
 without native bf16 the server's default is float32, `agents.server.cpu_has_bf16`); plus batch-1
-decode against the memory-bandwidth bound.
+decode against the memory-bandwidth bound. With `--lora`, the 8 concurrent requests are also sent
+through two LoRA adapters of the learner's shape (rank, alpha and target modules of
+`MAGRPOConfig`), half each, as a trained 2-agent team's calls are: the cost of serving adapters.
 
 Bound: decoding one token at batch 1 reads every weight matrix once, so tokens/s <= read bandwidth
 / weight bytes read per token. Read bandwidth is measured here (torch.sum over 1 GiB on all cores);
@@ -10,7 +12,7 @@ the bytes read per token are the parameters in the dtype served (2 bytes in bf16
 less the input embedding when it is not tied to the output layer (a lookup reads one row of it).
 
 Usage: python bench/serving.py [--model PRESET|FOLDER] [--tokens 128]
-                               [--dtypes bfloat16,float32 | --vllm-url URL]
+                               [--dtypes bfloat16,float32 | --vllm-url URL] [--lora]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,19 +95,52 @@ def bench_transformers(model_path, tokens: int) -> dict[str, float]:
     return {"batch1": run(TASKS[:1]), "batch8": run(TASKS), "read_params": read_per_token}
 
 
-def bench_vllm(client: PolicyClient, tokens: int) -> dict[str, float]:
-    def run(tasks: list[str], temperature: float) -> float:
+def lora_adapters(model_path, folder: Path, count: int = 2) -> list[Path]:
+    """`count` PEFT LoRA adapters of the learner's shape, saved under `folder`. Freshly made (B = 0,
+    so they answer as the base model does) they cost the server what trained ones cost."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from learner.magrpo import MAGRPOConfig
+
+    c = MAGRPOConfig()
+    config = LoraConfig(
+        r=c.lora_rank, lora_alpha=c.lora_alpha, target_modules=list(c.target_modules)
+    )
+    paths = []
+    for k in range(count):
+        base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        get_peft_model(base, config).save_pretrained(folder / f"agent{k}")
+        paths.append(folder / f"agent{k}")
+    return paths
+
+
+def bench_vllm(client: PolicyClient, tokens: int, adapters: list[Path] = ()) -> dict[str, float]:
+    def run(tasks: list[str], temperature: float, names: list[str | None] = (None,)) -> float:
         start = time.perf_counter()
         done = client.generate(
             [
-                Request(messages(t), max_tokens=tokens, temperature=temperature, top_p=0.95)
-                for t in tasks
+                Request(
+                    messages(t),
+                    max_tokens=tokens,
+                    temperature=temperature,
+                    top_p=0.95,
+                    adapter=names[k % len(names)],
+                )
+                for k, t in enumerate(tasks)
             ]
         )
         return sum(c.completion_tokens for c in done) / (time.perf_counter() - start)
 
     run(TASKS[:1], 0.0)  # warm-up
-    return {"batch1": run(TASKS[:1], 0.0), "batch8": run(TASKS, 0.8)}
+    figures = {"batch1": run(TASKS[:1], 0.0), "batch8": run(TASKS, 0.8)}
+    if adapters:
+        names = [f"bench-lora{k}" for k in range(len(adapters))]
+        for name, path in zip(names, adapters, strict=True):
+            client.load_adapter(name, str(path))
+        run(TASKS[:2], 0.0, names)  # warm-up: the adapters' first use
+        figures["batch8_lora"] = run(TASKS, 0.8, names)
+    return figures
 
 
 def main() -> None:
@@ -115,9 +151,16 @@ def main() -> None:
         "--dtypes", default="bfloat16,float32", help="the server's weight types to measure, in turn"
     )
     parser.add_argument("--vllm-url", help="measure this running server instead of starting one")
+    parser.add_argument(
+        "--lora",
+        action="store_true",
+        help="also send the 8 concurrent requests through two LoRA adapters (half each)",
+    )
     args = parser.parse_args()
     model_path = provision_model(args.model)
     dtypes = ["served"] if args.vllm_url else args.dtypes.split(",")
+    scratch = tempfile.TemporaryDirectory(prefix="coteam-bench-lora-")
+    adapters = lora_adapters(model_path, Path(scratch.name)) if args.lora else []
 
     print(f"model {args.model}, {args.tokens} new tokens per request, {os.cpu_count()} cores")
     bandwidth = read_bandwidth_gbs()
@@ -131,7 +174,7 @@ def main() -> None:
             model=str(model_path), agents=1, dtype=None if args.vllm_url else dtype
         )
         with connect_or_start(args.vllm_url, config) as client:
-            vl[dtype] = bench_vllm(client, args.tokens)
+            vl[dtype] = bench_vllm(client, args.tokens, adapters)
 
     print()
     print(f"{'':30s}{'transformers':>14s}" + "".join(f"{'vLLM ' + d:>18s}" for d in dtypes))
@@ -141,6 +184,12 @@ def main() -> None:
     ):
         cells = "".join(f"{vl[d][key]:10.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in dtypes)
         print(f"{label:30s}{hf[key]:14.1f}{cells}")
+    if adapters:
+        cells = "".join(
+            f"{vl[d]['batch8_lora']:10.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
+            for d in dtypes
+        )
+        print(f"{'8 concurrent, 2 LoRAs (tok/s)':30s}{'':>14s}{cells}  (x: of the base model's)")
     if {"bfloat16", "float32"} <= set(vl):
         for key in ("batch1", "batch8"):
             ratio = vl["float32"][key] / vl["bfloat16"][key]
