@@ -159,8 +159,10 @@ def main() -> None:
     args = parser.parse_args()
     model_path = provision_model(args.model)
     dtypes = ["served"] if args.vllm_url else args.dtypes.split(",")
-    scratch = tempfile.TemporaryDirectory(prefix="coteam-bench-lora-")
-    adapters = lora_adapters(model_path, Path(scratch.name)) if args.lora else []
+    adapters, scratch = [], None
+    if args.lora:  # the adapters' folder is removed when `scratch` goes, at the end of main
+        scratch = tempfile.TemporaryDirectory(prefix="coteam-bench-lora-")
+        adapters = lora_adapters(model_path, Path(scratch.name))
 
     print(f"model {args.model}, {args.tokens} new tokens per request, {os.cpu_count()} cores")
     bandwidth = read_bandwidth_gbs()
