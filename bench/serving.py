@@ -197,6 +197,8 @@ def main() -> None:
             ratio = vl["float32"][key] / vl["bfloat16"][key]
             print(f"vLLM float32 / bfloat16, {key}: {ratio:.2f}x")
     for dtype in dtypes:
+        if dtype == "served":  # a server at --vllm-url: its weights' type is not known here
+            continue
         size = 4 if dtype == "float32" else 2
         bound = bandwidth * 1e9 / (hf["read_params"] * size)  # each weight read once per token
         print(
