@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -88,9 +89,16 @@ class PolicyClient:
     timeout_s: float = 600.0
     loaded: dict[str, str] = field(default_factory=dict)  # adapter name -> folder, for restore
     api_key: str = field(default_factory=lambda: os.environ.get(API_KEY_ENV) or "EMPTY")
+    # set by `cancel`: every request in flight ends at its next streamed piece, with PolicyError
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+
+    def cancel(self) -> None:
+        """End every request in flight and refuse new ones (a process that is stopping: its
+        threads would otherwise wait for each request's last token before it can exit)."""
+        self.cancelled.set()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -122,6 +130,8 @@ class PolicyClient:
         self, client: AsyncOpenAI, index: int, request: Request, on_token
     ) -> Completion:
         model = request.adapter or self.base_model
+        if self.cancelled.is_set():
+            raise PolicyError(f"request {index} to {model!r} not sent: the client stops")
         start = time.perf_counter()
         first_token_s, pieces, usage, finish = None, [], None, None
         prompt_ids, token_ids, logprobs = None, [], []
@@ -152,6 +162,9 @@ class PolicyClient:
                 **extra,
             )
             async for chunk in stream:
+                if self.cancelled.is_set():
+                    await stream.close()  # the server stops generating for it
+                    raise PolicyError(f"request {index} to {model!r} cancelled: the client stops")
                 if chunk.usage is not None:
                     usage = chunk.usage
                 if request.logprobs and getattr(chunk, "prompt_token_ids", None):
@@ -177,6 +190,8 @@ class PolicyClient:
                     pieces, token_ids, logprobs = pieces[:kept], token_ids[:ids], logprobs[:probs]
                     finish = "stop"
                     break
+        except PolicyError:
+            raise
         except Exception as e:
             raise PolicyError(f"request {index} to {model!r} failed: {e}") from e
         if kept is not None or usage is None:  # what was kept: ids with log-probs, else pieces

@@ -66,6 +66,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)
     with contextlib.ExitStack() as stack:
         client = episode_policy(args, stack)
+
+        def stop(signum, _frame) -> None:  # end the rollouts in flight at their next token
+            client.cancel()
+            sys.exit(0 if signum == signal.SIGTERM else 130)
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         base = provision_model(args.model)
         # a resumed run's bar and curve go on from the steps done before it stopped
         history = read_checkpoint(resume_from)["history"] if resume_from else []

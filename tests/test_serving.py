@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from agents.policy import PolicyError, Request
+from agents.policy import PolicyClient, PolicyError, Request
 from tests.conftest import process_group_alive
 from tests.lora import train_lora
 
@@ -95,6 +95,39 @@ def test_a_stop_decided_on_the_stream_ends_the_call_on_the_server(policy):
         time.sleep(0.5)
     extra = metric("vllm:generation_tokens_total") - generated
     assert stopped.completion_tokens <= extra < full.completion_tokens - 20
+
+
+def test_a_cancelled_client_ends_its_requests_in_flight_and_sends_no_more(policy):
+    """A stopping process (`coteam train` on SIGTERM or Ctrl-C) cancels its client: every request
+    in flight ends at its next streamed piece with PolicyError and the server stops generating
+    it, so the process need not wait for each request's last token; a new request is refused."""
+    import httpx
+
+    def metric(name: str) -> float:
+        text = httpx.get(f"{policy.base_url}/metrics", headers=policy.headers, timeout=30).text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+    client = PolicyClient(policy.base_url, base_model=policy.base_model, api_key=policy.api_key)
+    ask = [{"role": "user", "content": "Count from 1 to 300, one number per line, nothing else."}]
+    generated, pieces = metric("vllm:generation_tokens_total"), []
+
+    def on_token(index: int, text: str) -> None:
+        pieces.append(text)
+        if len(pieces) == 6:
+            client.cancel()
+
+    with pytest.raises(PolicyError, match="cancelled"):
+        client.generate([Request(ask, max_tokens=400)] * 2, on_token=on_token)
+    assert len(pieces) < 20  # each request stopped at its next piece, not at 400 tokens
+    for _ in range(120):
+        if metric("vllm:num_requests_running") == 0:
+            break
+        time.sleep(0.5)
+    assert metric("vllm:generation_tokens_total") - generated < 200  # of 800 asked
+    with pytest.raises(PolicyError, match="not sent"):
+        client.generate([Request(PROMPT, max_tokens=4)])
+    [answer] = policy.generate([Request(PROMPT, max_tokens=4)])  # other clients are untouched
+    assert answer.completion_tokens > 0
 
 
 def test_base_model_streams_text_with_counts_and_latency(policy):
