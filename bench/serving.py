@@ -107,11 +107,12 @@ def lora_adapters(model_path, folder: Path, count: int = 2) -> list[Path]:
     config = LoraConfig(
         r=c.lora_rank, lora_alpha=c.lora_alpha, target_modules=list(c.target_modules)
     )
-    paths = []
-    for k in range(count):
-        base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        get_peft_model(base, config).save_pretrained(folder / f"agent{k}")
-        paths.append(folder / f"agent{k}")
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32), config
+    )
+    paths = [folder / f"agent{k}" for k in range(count)]
+    for path in paths:  # the same weights under separate names: each takes its own LoRA slot
+        model.save_pretrained(path)
     return paths
 
 

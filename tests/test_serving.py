@@ -64,19 +64,29 @@ def test_the_server_takes_every_long_form_writers_stop_strings(policy):
     assert all(done.completion_tokens > 0 for done in policy.generate(requests))
 
 
+def server_metric(policy, name: str) -> float:
+    """The sum of the server's Prometheus samples whose name starts with `name`."""
+    import httpx
+
+    text = httpx.get(f"{policy.base_url}/metrics", headers=policy.headers, timeout=30).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def wait_until_idle(policy) -> None:
+    """Wait (up to a minute) until the server runs no request: its token counter is final."""
+    for _ in range(120):
+        if server_metric(policy, "vllm:num_requests_running") == 0:
+            return
+        time.sleep(0.5)
+
+
 def test_a_stop_decided_on_the_stream_ends_the_call_on_the_server(policy):
     """`Request.stop_when` (a long-form writer's teammate heading or loop): the client cuts the
     text between streamed pieces before the stop, counts what it kept, keeps the prompt's count,
     and closes the stream, so the server stops generating it."""
-    import httpx
-
-    def metric(name: str) -> float:
-        text = httpx.get(f"{policy.base_url}/metrics", headers=policy.headers, timeout=30).text
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
-
     ask = [{"role": "user", "content": "Count from 1 to 40, one number per line, nothing else."}]
     [full] = policy.generate([Request(ask, max_tokens=120, logprobs=True)])
-    generated = metric("vllm:generation_tokens_total")
+    generated = server_metric(policy, "vllm:generation_tokens_total")
     before_seven = lambda text: text.find("\n7") + 1 or None  # noqa: E731
     [stopped] = policy.generate(
         [Request(ask, max_tokens=120, logprobs=True, stop_when=before_seven)]
@@ -89,11 +99,8 @@ def test_a_stop_decided_on_the_stream_ends_the_call_on_the_server(policy):
     assert stopped.prompt_tokens == full.prompt_tokens > 10
     # the server ended the request when the stream closed: it generated a few tokens past the
     # stop, not the rest of the count
-    for _ in range(120):
-        if metric("vllm:num_requests_running") == 0:
-            break
-        time.sleep(0.5)
-    extra = metric("vllm:generation_tokens_total") - generated
+    wait_until_idle(policy)
+    extra = server_metric(policy, "vllm:generation_tokens_total") - generated
     assert stopped.completion_tokens <= extra < full.completion_tokens - 20
 
 
@@ -101,15 +108,9 @@ def test_a_cancelled_client_ends_its_requests_in_flight_and_sends_no_more(policy
     """A stopping process (`coteam train` on SIGTERM or Ctrl-C) cancels its client: every request
     in flight ends at its next streamed piece with PolicyError and the server stops generating
     it, so the process need not wait for each request's last token; a new request is refused."""
-    import httpx
-
-    def metric(name: str) -> float:
-        text = httpx.get(f"{policy.base_url}/metrics", headers=policy.headers, timeout=30).text
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
-
     client = PolicyClient(policy.base_url, base_model=policy.base_model, api_key=policy.api_key)
     ask = [{"role": "user", "content": "Count from 1 to 300, one number per line, nothing else."}]
-    generated, pieces = metric("vllm:generation_tokens_total"), []
+    generated, pieces = server_metric(policy, "vllm:generation_tokens_total"), []
 
     def on_token(index: int, text: str) -> None:
         pieces.append(text)
@@ -119,11 +120,8 @@ def test_a_cancelled_client_ends_its_requests_in_flight_and_sends_no_more(policy
     with pytest.raises(PolicyError, match="cancelled"):
         client.generate([Request(ask, max_tokens=400)] * 2, on_token=on_token)
     assert len(pieces) < 20  # each request stopped at its next piece, not at 400 tokens
-    for _ in range(120):
-        if metric("vllm:num_requests_running") == 0:
-            break
-        time.sleep(0.5)
-    assert metric("vllm:generation_tokens_total") - generated < 200  # of 800 asked
+    wait_until_idle(policy)
+    assert server_metric(policy, "vllm:generation_tokens_total") - generated < 200  # of 800 asked
     with pytest.raises(PolicyError, match="not sent"):
         client.generate([Request(PROMPT, max_tokens=4)])
     [answer] = policy.generate([Request(PROMPT, max_tokens=4)])  # other clients are untouched
