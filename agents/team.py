@@ -49,10 +49,17 @@ import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.episode_result import EpisodeResult, Step
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
-from agents.outline import assemble, document_sections, outline_of, writer_stop
+from agents.outline import (
+    assemble,
+    document_sections,
+    outline_of,
+    writer_stop,
+    written_positions,
+)
 from agents.policy import Completion, Request
 from agents.roles import (
     FEEDBACK,
+    HEADING_TOKENS,
     NO_FEEDBACK,
     OWN_DRAFT,
     PREVIOUS_ANSWER,
@@ -181,7 +188,8 @@ def _teammate(team: Team, agent: int, text: str) -> str:
 
 
 def act(team: Team, view: View) -> dict:
-    """One agent acts on its own view: one request to its adapter, tokens streamed as they come."""
+    """One agent acts on its own view: a request to its adapter, tokens streamed as they come
+    (a long-form writer whose reply left one of its sections out: a request more for each)."""
     agent, turn, round = view["agent"], view["turn"], view["round"]
     write = get_stream_writer()
     where = {"agent": agent, "turn": turn, "round": round}
@@ -206,13 +214,30 @@ def act(team: Team, view: View) -> dict:
     begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
     if begun:
         write({"event": "token", **where, "text": begun})
-    [completion] = team.policy.generate(
-        [request], on_token=lambda _, piece: write({"event": "token", **where, "text": piece})
-    )
-    text = begun + completion.text
-    if request.stop and completion.finish_reason == "stop":
-        # stopped at a teammate's heading: the heading's first `#` may be in the text already
-        text = re.sub(r"\n[ \t]*#+[ \t]*\Z", "\n", text)
+    stream = lambda _, piece: write({"event": "token", **where, "text": piece})  # noqa: E731
+    [completion] = team.policy.generate([request], on_token=stream)
+    text = _without_stray_hash(request, completion, begun + completion.text)
+    # a long-form writer of several sections that ended (end token or loop) with one of them
+    # not begun goes on with it: the environment writes its heading and the model continues the
+    # reply. Not in a learner's rollout (`logprobs`): its sample is one call of the policy.
+    calls = [completion]
+    while team.task.form == "longform" and not s.logprobs:
+        left = request.max_tokens - sum(c.completion_tokens for c in calls)
+        missing = _next_section(team, agent, text)
+        if missing is None or calls[-1].finish_reason == "length" or left < HEADING_TOKENS:
+            break
+        heading = f"\n\n## {outline_of(team.task)[missing]['heading']}\n\n"
+        write({"event": "token", **where, "text": heading})
+        text = text.rstrip() + heading
+        asked = view["messages"][:-1] if begun else view["messages"]
+        messages = [*asked, {"role": "assistant", "content": text}]
+        [more] = team.policy.generate(
+            [replace(request, messages=messages, max_tokens=left)], on_token=stream
+        )
+        text = _without_stray_hash(request, more, text + more.text)
+        calls.append(more)
+    if len(calls) > 1:
+        completion = _joined(calls, text[len(begun) :])
     step = Step(
         **where,
         role=team.roles[agent].name,
@@ -226,6 +251,32 @@ def act(team: Team, view: View) -> dict:
         completion=completion,
     )
     return {"steps": [step], "outputs": {agent: text}}
+
+
+def _without_stray_hash(request: Request, completion: Completion, text: str) -> str:
+    if request.stop and completion.finish_reason == "stop":
+        # stopped at a teammate's heading: the heading's first `#` may be in the text already
+        return re.sub(r"\n[ \t]*#+[ \t]*\Z", "\n", text)
+    return text
+
+
+def _next_section(team: Team, agent: int, text: str) -> int | None:
+    """The first of a long-form writer's own sections whose heading its reply has not written."""
+    written = set(written_positions(text, outline_of(team.task)))
+    return next((k for k in team.roles[agent].sections if k not in written), None)
+
+
+def _joined(calls: list[Completion], text: str) -> Completion:
+    """One agent's calls in a row as one completion: their tokens and times summed."""
+    return Completion(
+        text=text,
+        adapter=calls[0].adapter,
+        prompt_tokens=sum(c.prompt_tokens for c in calls),
+        completion_tokens=sum(c.completion_tokens for c in calls),
+        latency_s=sum(c.latency_s for c in calls),
+        first_token_s=calls[0].first_token_s,
+        finish_reason=calls[-1].finish_reason,
+    )
 
 
 def act_in_line(team: Team, agent: int, state: TeamState) -> dict:

@@ -3,6 +3,8 @@ team, the document kept from each section's owner, and the reward that ranks doc
 person would. The graph runs with a scripted policy (logic only); the reward uses the real
 sentence-embedding model."""
 
+import itertools
+import math
 import re
 
 import pytest
@@ -186,6 +188,65 @@ def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_p
         sampling=Sampling(max_tokens=64), db=tmp_path / "capped.db",
     )  # fmt: skip
     assert [r.max_tokens for r in capped.requests] == [64] * 4  # the run's cap still holds
+
+
+def one_section_then_stop(request) -> str:
+    """A writer that writes the section its reply was begun with, then ends its reply."""
+    begun = request.messages[-1]["content"]
+    heading = re.findall(r"^## (.+)$", begun, re.M)[-1]
+    return f"Text of {heading}."
+
+
+@pytest.mark.parametrize("shape, size", [("single", 1), ("parallel", 2)])
+def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
+    tmp_path, shape, size
+):
+    """The untrained single writer often ends its reply after one or two of the four sections:
+    the environment writes the next own section's heading and the model continues its reply,
+    within the writer's one token share, until each of its sections is begun."""
+    from agents.team import Sampling, run_episode
+
+    task = longform_tasks("held_out")[0]
+    headings = [s["heading"] for s in task.extra["outline"]]
+    policy = ScriptedPolicy(one_section_then_stop)
+    result = run_episode(
+        task, policy, shape=shape, agents=size, adapters=adapters(size),
+        sampling=Sampling(max_tokens=4096), db=tmp_path / "c.db",
+    )  # fmt: skip
+    assert result.output == "\n\n".join(
+        [f"# {task.extra['title']}", *(f"## {h}\n\nText of {h}." for h in headings)]
+    )
+    assert len(policy.requests) == 4  # one call per section
+    for agent, role in enumerate(result.roles):
+        calls = [r for r in policy.requests if agent_of(r) == agent]
+        assert [r.messages[-1]["content"].rstrip().rsplit("## ", 1)[1] for r in calls] == [
+            headings[k] for k in role.sections
+        ]
+        step = result.final_steps()[agent]
+        # each call continues the reply so far; the calls share the writer's token share
+        assert calls[-1].messages[-1]["content"] == step["text"].removesuffix(
+            f"Text of {headings[role.sections[-1]]}."
+        )
+        assert calls[0].max_tokens == token_share(role)
+        for before, after in itertools.pairwise(calls):  # the scripted policy: 7 chars a token
+            used = math.ceil(len(one_section_then_stop(before)) / 7)
+            assert after.max_tokens == before.max_tokens - used
+        assert step["completion_tokens"] == step["completion"].completion_tokens > 0
+    assert (
+        structure_compliance(
+            [s["text"] for s in result.final_steps()],
+            task.extra["outline"],
+            [r.sections for r in result.roles],
+        )
+        == 1.0
+    )
+    # a learner's rollout is one call per agent: its sample must be what the policy wrote
+    rollout = ScriptedPolicy(one_section_then_stop)
+    run_episode(
+        task, rollout, shape=shape, agents=size, adapters=adapters(size),
+        sampling=Sampling(logprobs=True), db=tmp_path / "r.db",
+    )  # fmt: skip
+    assert len(rollout.requests) == size
 
 
 def test_structure_compliance_and_headless_single_sections():
