@@ -126,19 +126,22 @@ def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str],
 
     It ends at a complete heading line naming a teammate's section, at any level and in any
     case (the API's stop strings hold 4 forms; a 4-writer team has 6 or more, and a writer that
-    repeats the outline writes `### Ascii Control Characters`), and where the writer loops: at
+    repeats the outline writes `### Ascii Control Characters`), or naming one of the writer's
+    own sections a second time, and where the writer loops: at
     the start of a sentence of `LOOP_SENTENCE_WORDS` or more words that it wrote before, or
     after the first time of a phrase said four times in a row. What follows is neither the
     writer's part nor new text: its teammates write those sections, and a loop says nothing."""
     mine = set(mine)
 
     def stop_when(text: str) -> int | None:
-        cuts = []
+        cuts, begun = [], set()
         for match in HEADING.finditer(text):
             k = match_heading(match.group(2), outline)
-            if k is not None and k not in mine and "\n" in text[match.end(2) :]:  # whole line
-                cuts.append(text.rfind("\n", 0, match.start(1)) + 1)  # where its line begins
-                break
+            if k is not None and "\n" in text[match.end(2) :]:  # a whole heading line
+                if k not in mine or k in begun:
+                    cuts.append(text.rfind("\n", 0, match.start(1)) + 1)  # where its line begins
+                    break
+                begun.add(k)
         seen = set()
         for match in SENTENCE.finditer(text):
             words = match.group(0).lower().split()

@@ -43,6 +43,7 @@ class Request:
     stop: list[str] | None = None
     logprobs: bool = False  # also return token ids and the sampling log-probabilities (learner)
     repetition_penalty: float = 1.0  # vLLM's (>1 discourages repeating tokens already present)
+    min_tokens: int = 0  # vLLM's: no end token (or stop token) before this many tokens
     # a stop decided on the text as it streams: given the completion so far, where it ends (a
     # position in it) or None to go on; the call is then ended and the text cut (`pieces_kept`)
     stop_when: Callable[[str], int | None] | None = field(default=None, repr=False)
@@ -139,6 +140,8 @@ class PolicyClient:
         body = {"return_token_ids": True} if request.logprobs else {}
         if request.repetition_penalty != 1.0:
             body["repetition_penalty"] = request.repetition_penalty
+        if request.min_tokens:
+            body["min_tokens"] = request.min_tokens
         if request.messages and request.messages[-1]["role"] == "assistant":
             # the reply is already begun (an agent's stub head): the model continues that message
             body |= {"continue_final_message": True, "add_generation_prompt": False}

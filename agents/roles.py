@@ -455,6 +455,7 @@ def stop_strings(headings: list[str]) -> tuple[str, ...]:
 
 # A long-form writer's share of tokens per word of its upper target (English prose is about 1.3
 # tokens a word in Qwen's tokenizer; the rest is margin), plus a heading line per section.
+PROSE_TOKENS_PER_WORD = 1.3
 TOKENS_PER_WORD = 1.6
 HEADING_TOKENS = 16
 
@@ -467,6 +468,13 @@ def token_share(role: Role) -> int | None:
     if not role.sections or role.words is None:
         return None
     return math.ceil(role.words[1] * TOKENS_PER_WORD) + HEADING_TOKENS * len(role.sections)
+
+
+def section_min_tokens(role: Role) -> int:
+    """The tokens of a long-form writer's lower bound of words for one of its sections."""
+    if not role.sections or role.words is None:
+        return 0
+    return math.ceil(role.words[0] / len(role.sections) * PROSE_TOKENS_PER_WORD)
 
 
 def section_words_of(task: Task) -> int:

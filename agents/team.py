@@ -69,6 +69,7 @@ from agents.roles import (
     TEAMMATES_DRAFTS,
     Role,
     fill,
+    section_min_tokens,
     team_roles,
     token_share,
 )
@@ -196,6 +197,12 @@ def act(team: Team, view: View) -> dict:
     write({"event": "agent_start", **where, "role": team.roles[agent].name})
     s = team.sampling
     share = token_share(team.roles[agent])
+    # a reply the environment began (see `observe`) is the agent's answer with its beginning
+    begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
+    long_form = team.task.form == "longform"
+    stop_when = (
+        writer_stop(outline_of(team.task), team.roles[agent].sections) if long_form else None
+    )
     request = Request(
         messages=view["messages"],
         adapter=team.adapters[agent],
@@ -206,12 +213,8 @@ def act(team: Team, view: View) -> dict:
         logprobs=s.logprobs,
         repetition_penalty=s.repetition_penalty,
         stop=list(team.roles[agent].stop) or None,
-        stop_when=writer_stop(outline_of(team.task), team.roles[agent].sections)
-        if team.task.form == "longform"
-        else None,
+        stop_when=continuing(stop_when, begun),
     )
-    # a reply the environment began (see `observe`) is the agent's answer with its beginning
-    begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
     if begun:
         write({"event": "token", **where, "text": begun})
     stream = lambda _, piece: write({"event": "token", **where, "text": piece})  # noqa: E731
@@ -221,7 +224,7 @@ def act(team: Team, view: View) -> dict:
     # not begun goes on with it: the environment writes its heading and the model continues the
     # reply. Not in a learner's rollout (`logprobs`): its sample is one call of the policy.
     calls = [completion]
-    while team.task.form == "longform" and not s.logprobs:
+    while long_form and not s.logprobs:
         left = request.max_tokens - sum(c.completion_tokens for c in calls)
         missing = _next_section(team, agent, text)
         if missing is None or calls[-1].finish_reason == "length" or left < HEADING_TOKENS:
@@ -230,10 +233,16 @@ def act(team: Team, view: View) -> dict:
         write({"event": "token", **where, "text": heading})
         text = text.rstrip() + heading
         asked = view["messages"][:-1] if begun else view["messages"]
-        messages = [*asked, {"role": "assistant", "content": text}]
-        [more] = team.policy.generate(
-            [replace(request, messages=messages, max_tokens=left)], on_token=stream
+        more_request = replace(
+            request,
+            messages=[*asked, {"role": "assistant", "content": text}],
+            max_tokens=left,
+            # a writer that had ended would end again at once, under the heading: not before
+            # the section's lower bound of words
+            min_tokens=min(left, section_min_tokens(team.roles[agent])),
+            stop_when=continuing(stop_when, text),
         )
+        [more] = team.policy.generate([more_request], on_token=stream)
         text = _without_stray_hash(request, more, text + more.text)
         calls.append(more)
     if len(calls) > 1:
@@ -258,6 +267,19 @@ def _without_stray_hash(request: Request, completion: Completion, text: str) -> 
         # stopped at a teammate's heading: the heading's first `#` may be in the text already
         return re.sub(r"\n[ \t]*#+[ \t]*\Z", "\n", text)
     return text
+
+
+def continuing(stop_when, before: str):
+    """`stop_when` for a call that continues a reply: it judges the whole reply (a sentence or
+    a section written before counts) and cuts the new text only."""
+    if stop_when is None:
+        return None
+
+    def stop(text: str) -> int | None:
+        cut = stop_when(before + text)
+        return None if cut is None else max(cut - len(before), 0)
+
+    return stop
 
 
 def _next_section(team: Team, agent: int, text: str) -> int | None:

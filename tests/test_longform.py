@@ -17,7 +17,7 @@ from agents.outline import (
     writer_stop,
 )
 from agents.policy import pieces_kept
-from agents.roles import team_roles, token_share
+from agents.roles import section_min_tokens, section_words_of, team_roles, token_share
 from agents.tasks import (
     DEFAULT_OUTLINE,
     LONGFORM_WORDS,
@@ -228,6 +228,9 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
             f"Text of {headings[role.sections[-1]]}."
         )
         assert calls[0].max_tokens == token_share(role)
+        # a continued call may not end before the section's lower bound of words
+        assert [r.min_tokens for r in calls] == [0] + [section_min_tokens(role)] * (len(calls) - 1)
+        assert 0.6 * 1.3 * section_words_of(task) < section_min_tokens(role) < token_share(role)
         for before, after in itertools.pairwise(calls):  # the scripted policy: 7 chars a token
             used = math.ceil(len(one_section_then_stop(before)) / 7)
             assert after.max_tokens == before.max_tokens - used
@@ -247,6 +250,22 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
         sampling=Sampling(logprobs=True), db=tmp_path / "r.db",
     )  # fmt: skip
     assert len(rollout.requests) == size
+
+
+def test_a_continued_call_is_stopped_on_the_whole_reply():
+    """The stop of a call that continues a reply judges the reply so far with the new text: a
+    sentence or an own heading written before ends the new text there."""
+    from agents.team import continuing
+
+    before = (
+        "## Early life\n\nHe was born in Rome to a family of bakers and poets.\n\n## Legacy\n\n"
+    )
+    stop = continuing(writer_stop(OUTLINE, [0, 2]), before)
+    assert stop("His work lives on.") is None
+    assert stop("His work lives on.\n\n## Early life\nMore") == len("His work lives on.\n\n")
+    again = "He was born in Rome to a family of bakers and poets. Then"
+    assert stop(again) == 0
+    assert continuing(None, before) is None
 
 
 def test_structure_compliance_and_headless_single_sections():
@@ -367,6 +386,8 @@ OUTLINE = [{"heading": h} for h in ("Early life", "ASCII Control Characters", "L
         ("Born in Rome. He grew up there.\n\n### Ascii control characters\nThe rest", 33),
         ("Born in Rome.\n\n  ## LEGACY\n", 15),
         ("Born in Rome.\n\n## Legacy", None),  # the line is not whole yet: it may go on
+        # the writer's own heading a second time (a writer that started its part again)
+        ("## Early life\n\nBorn in Rome.\n\n## early life\nAgain", 30),
         # the writer's own heading, a heading not in the outline, a short repeated sentence
         ("## Early life\n\nBorn in Rome.\n\n### Childhood\nHe played.\n", None),
         ("He lived. He lived. He lived. He lived long.\n", None),

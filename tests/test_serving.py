@@ -30,6 +30,18 @@ def test_a_repetition_penalty_reaches_the_server(policy):
     assert plain.lower().count("cat") > penalised.lower().count("cat")
 
 
+def test_min_tokens_reaches_the_server_and_holds_off_the_end_of_a_begun_reply(policy):
+    """A long-form writer that had ended, continued under a new heading, is held to a minimum
+    (`Request.min_tokens`): the server does not end the reply before it."""
+    ask = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
+    begun = [*ask, {"role": "assistant", "content": "Red."}]
+    ended, held = policy.generate(
+        [Request(begun, max_tokens=60), Request(begun, max_tokens=60, min_tokens=30)]
+    )
+    assert ended.completion_tokens < 30 and ended.finish_reason == "stop"
+    assert held.completion_tokens >= 30
+
+
 def test_a_begun_reply_is_continued_not_answered_anew(policy):
     """A request ending with an assistant message: the model continues it (the entry author's
     begun reply), and the server's prompt ids end with that beginning."""
