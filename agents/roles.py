@@ -453,8 +453,9 @@ def stop_strings(headings: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(forms))[:MAX_STOPS]
 
 
-# A long-form writer's share of tokens per word of its upper target (English prose is about 1.3
-# tokens a word in Qwen's tokenizer; the rest is margin), plus a heading line per section.
+# English prose is about 1.3 tokens a word in Qwen's tokenizer (a writer's lower bound of words
+# in tokens); a long-form writer's share of tokens per word of its upper target adds a margin,
+# plus a heading line per section.
 PROSE_TOKENS_PER_WORD = 1.3
 TOKENS_PER_WORD = 1.6
 HEADING_TOKENS = 16

@@ -269,7 +269,9 @@ def _without_stray_hash(request: Request, completion: Completion, text: str) -> 
     return text
 
 
-def continuing(stop_when, before: str):
+def continuing(
+    stop_when: Callable[[str], int | None] | None, before: str
+) -> Callable[[str], int | None] | None:
     """`stop_when` for a call that continues a reply: it judges the whole reply (a sentence or
     a section written before counts) and cuts the new text only."""
     if stop_when is None:
