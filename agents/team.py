@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import operator
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -49,17 +48,10 @@ import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.episode_result import EpisodeResult, Step
 from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
-from agents.outline import (
-    assemble,
-    document_sections,
-    outline_of,
-    writer_stop,
-    written_positions,
-)
+from agents.outline import assemble, document_sections, outline_of, writer_stop
 from agents.policy import Completion, Request
 from agents.roles import (
     FEEDBACK,
-    HEADING_TOKENS,
     NO_FEEDBACK,
     OWN_DRAFT,
     PREVIOUS_ANSWER,
@@ -69,11 +61,11 @@ from agents.roles import (
     TEAMMATES_DRAFTS,
     Role,
     fill,
-    section_min_tokens,
     team_roles,
     token_share,
 )
 from agents.tasks import Task, save_task
+from agents.writer import continuing, go_on, without_stray_hash
 
 Event = dict[str, Any]
 
@@ -219,34 +211,12 @@ def act(team: Team, view: View) -> dict:
         write({"event": "token", **where, "text": begun})
     stream = lambda _, piece: write({"event": "token", **where, "text": piece})  # noqa: E731
     [completion] = team.policy.generate([request], on_token=stream)
-    text = _without_stray_hash(request, completion, begun + completion.text)
-    # a long-form writer of several sections that ended (end token or loop) with one of them
-    # not begun goes on with it: the environment writes its heading and the model continues the
-    # reply. Not in a learner's rollout (`logprobs`): its sample is one call of the policy.
-    calls = [completion]
-    while long_form and not s.logprobs:
-        left = request.max_tokens - sum(c.completion_tokens for c in calls)
-        missing = _next_section(team, agent, text)
-        if missing is None or calls[-1].finish_reason == "length" or left < HEADING_TOKENS:
-            break
-        heading = f"\n\n## {outline_of(team.task)[missing]['heading']}\n\n"
-        write({"event": "token", **where, "text": heading})
-        text = text.rstrip() + heading
-        asked = view["messages"][:-1] if begun else view["messages"]
-        more_request = replace(
-            request,
-            messages=[*asked, {"role": "assistant", "content": text}],
-            max_tokens=left,
-            # a writer that had ended would end again at once, under the heading: not before
-            # the section's lower bound of words
-            min_tokens=min(left, section_min_tokens(team.roles[agent])),
-            stop_when=continuing(stop_when, text),
+    text = without_stray_hash(request, completion, begun + completion.text)
+    if long_form and not s.logprobs:  # a writer that left a section out goes on with it
+        outline = outline_of(team.task)
+        text, completion = go_on(
+            team.policy, request, team.roles[agent], outline, stop_when, text, completion, stream
         )
-        [more] = team.policy.generate([more_request], on_token=stream)
-        text = _without_stray_hash(request, more, text + more.text)
-        calls.append(more)
-    if len(calls) > 1:
-        completion = _joined(calls, text[len(begun) :])
     step = Step(
         **where,
         role=team.roles[agent].name,
@@ -260,47 +230,6 @@ def act(team: Team, view: View) -> dict:
         completion=completion,
     )
     return {"steps": [step], "outputs": {agent: text}}
-
-
-def _without_stray_hash(request: Request, completion: Completion, text: str) -> str:
-    if request.stop and completion.finish_reason == "stop":
-        # stopped at a teammate's heading: the heading's first `#` may be in the text already
-        return re.sub(r"\n[ \t]*#+[ \t]*\Z", "\n", text)
-    return text
-
-
-def continuing(
-    stop_when: Callable[[str], int | None] | None, before: str
-) -> Callable[[str], int | None] | None:
-    """`stop_when` for a call that continues a reply: it judges the whole reply (a sentence or
-    a section written before counts) and cuts the new text only."""
-    if stop_when is None:
-        return None
-
-    def stop(text: str) -> int | None:
-        cut = stop_when(before + text)
-        return None if cut is None else max(cut - len(before), 0)
-
-    return stop
-
-
-def _next_section(team: Team, agent: int, text: str) -> int | None:
-    """The first of a long-form writer's own sections whose heading its reply has not written."""
-    written = set(written_positions(text, outline_of(team.task)))
-    return next((k for k in team.roles[agent].sections if k not in written), None)
-
-
-def _joined(calls: list[Completion], text: str) -> Completion:
-    """One agent's calls in a row as one completion: their tokens and times summed."""
-    return Completion(
-        text=text,
-        adapter=calls[0].adapter,
-        prompt_tokens=sum(c.prompt_tokens for c in calls),
-        completion_tokens=sum(c.completion_tokens for c in calls),
-        latency_s=sum(c.latency_s for c in calls),
-        first_token_s=calls[0].first_token_s,
-        finish_reason=calls[-1].finish_reason,
-    )
 
 
 def act_in_line(team: Team, agent: int, state: TeamState) -> dict:

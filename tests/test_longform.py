@@ -255,7 +255,7 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
 def test_a_continued_call_is_stopped_on_the_whole_reply():
     """The stop of a call that continues a reply judges the reply so far with the new text: a
     sentence or an own heading written before ends the new text there."""
-    from agents.team import continuing
+    from agents.writer import continuing
 
     before = (
         "## Early life\n\nHe was born in Rome to a family of bakers and poets.\n\n## Legacy\n\n"
