@@ -192,9 +192,8 @@ def act(team: Team, view: View) -> dict:
     # a reply the environment began (see `observe`) is the agent's answer with its beginning
     begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
     long_form = team.task.form == "longform"
-    stop_when = (
-        writer_stop(outline_of(team.task), team.roles[agent].sections) if long_form else None
-    )
+    outline = outline_of(team.task) if long_form else []
+    stop_when = writer_stop(outline, team.roles[agent].sections) if long_form else None
     request = Request(
         messages=view["messages"],
         adapter=team.adapters[agent],
@@ -213,7 +212,6 @@ def act(team: Team, view: View) -> dict:
     [completion] = team.policy.generate([request], on_token=stream)
     text = without_stray_hash(request, completion, begun + completion.text)
     if long_form and not s.logprobs:  # a writer that left a section out goes on with it
-        outline = outline_of(team.task)
         text, completion = go_on(
             team.policy, request, team.roles[agent], outline, stop_when, text, completion, stream
         )
