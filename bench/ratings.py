@@ -4,24 +4,32 @@ ratings and scores every rollout), and held-out prompts are answered before and 
 
     rater prefers   prefers the program that has the property; a tie when both or neither do
     rater none      the control: a coin flip, no preference
+    rater both      (default) the two arms of one experiment: the same rated episodes, the same
+                    start and the same before-measurement; each arm adds its own votes to its own
+                    copy of the database and retrains from it, and the arms' answers after their
+                    retrains are compared with each other, prompt by prompt: what the preference
+                    did beyond what retraining does anyway
 
-    property commented  the program has a comment (`# ...`): about half of the untrained
+    property commented  the program has a comment (`# ...`): about a third of the untrained
                         team's programs do, so pairs disagree often enough to teach
     property typed      every function has type hints and a docstring: the untrained team's
                         programs all do (the contract's stubs have both), so nearly every
                         pair is a tie (50 ratings: 49 ties) and nothing is learnt
 
-Measured on the first --held-out HumanEval held-out problems, greedy: how often the team's
-program has the property, and pass@1 (every test assert passes, run in the sandbox), before
-(the serving adapters, the base model in a fresh home) and after (the run's candidates), with
-an exact McNemar test (binomial on the prompts that changed) for each.
+Measured on the first --held-out HumanEval held-out problems: how often the team's program has
+the property, and pass@1 (every test assert passes, run in the sandbox), before (the base
+model) and after (the run's candidates). With --samples 1 one greedy answer per prompt; with
+more, that many sampled answers (T = 0.8, the same seeds before and after and in both arms) and
+the per-prompt rates. Each comparison is a sign test over the prompts whose rate changed (exact
+McNemar for greedy answers).
 
-Everything runs in a temporary COTEAM_HOME (its own database and adapter registry).
+Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
-Usage: python bench/ratings.py [--rater prefers|none] [--property commented|typed] [--ratings 4]
-                               [--held-out 4] [--steps 1] [--group-size 2] [--max-tokens 192]
-                               [--vllm-url URL] [--json PATH]
-       python bench/ratings.py --compare RUN_JSON CONTROL_JSON
+Usage: python bench/ratings.py [--rater both|prefers|none] [--property commented|typed]
+                               [--ratings 4] [--held-out 4] [--samples 1] [--concurrency 4]
+                               [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
+                               [--vllm-url URL] [--json PATH] [--plot PNG]
+       python bench/ratings.py --replot JSON [--plot PNG]
 """
 
 from __future__ import annotations
@@ -32,10 +40,12 @@ import io
 import json
 import os
 import random
+import sqlite3
 import sys
 import tempfile
 import time
 import tokenize
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,57 +105,75 @@ def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
     return "tie" if a == b else ("left" if a else "right")
 
 
-def measure(client, adapters, tasks, db_path, max_tokens: int, has) -> list[dict]:
-    """Greedy answers to the held-out tasks: the property and pass (all asserts) for each."""
-    measured = []
-    for task in tasks:
-        result = run_episode(
-            task, client, shape="parallel", agents=AGENTS, adapters=adapters,
-            sampling=replace(GREEDY, max_tokens=max_tokens), checker=sandbox_check, db=db_path,
-        )  # fmt: skip
-        report = score_episode(result, db=db_path).report  # the sandbox's, never the program's
-        passed = report is not None and report.total > 0 and report.passed == report.total
-        measured.append({"property": has(result.output), "pass": passed})
-    return measured
+def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
+    """The team's answers to the held-out tasks, --concurrency tasks at a time: for each, the
+    share of answers that have the property and that pass (all asserts, in the sandbox). One
+    greedy answer with --samples 1, else --samples answers at T = 0.8 with seeds fixed per prompt
+    (the same in every measure)."""
+    settings = dict(
+        shape="parallel", agents=AGENTS, adapters=adapters, checker=sandbox_check, db=db_path
+    )
+
+    def one(i: int, task) -> dict:
+        if args.samples == 1:
+            sampling = replace(GREEDY, max_tokens=args.max_tokens)
+            results = [run_episode(task, client, sampling=sampling, **settings)]
+        else:
+            sampling = Sampling(
+                temperature=0.8, top_p=0.95, max_tokens=args.max_tokens, seed=1000 * (i + 1)
+            )
+            results = run_group(task, client, args.samples, sampling=sampling, **settings)
+        props, passes = [], []
+        for result in results:
+            report = score_episode(result, db=db_path).report  # the sandbox's, never the program's
+            passes.append(report is not None and report.total > 0 and report.passed == report.total)
+            props.append(has(result.output))
+        return {"property": sum(props) / len(props), "pass": sum(passes) / len(passes)}
+
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        return list(pool.map(one, range(len(tasks)), tasks))
 
 
-def mcnemar(before: list[bool], after: list[bool]) -> float:
-    """Exact two-sided McNemar p-value: of the prompts that changed, how lopsided the change."""
-    up = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
-    down = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+def sign_test(before: list[float], after: list[float]) -> float:
+    """Two-sided sign test over the prompts whose rate changed (for one greedy answer per prompt,
+    the exact McNemar test): how lopsided the change is."""
+    up = sum(1 for b, a in zip(before, after, strict=True) if a > b)
+    down = sum(1 for b, a in zip(before, after, strict=True) if a < b)
     return 1.0 if up + down == 0 else binomtest(up, up + down, 0.5).pvalue
 
 
-def experiment(client, model_path, db_path: Path, args) -> dict:
-    rng, has = random.Random(args.seed), PROPERTIES[args.property]
-    held_out = split_tasks("coding", "held_out")[: args.held_out]
-    t0 = time.perf_counter()
-    before = measure(client, [None] * AGENTS, held_out, db_path, args.max_tokens, has)
-    print(f"before: measured {len(held_out)} held-out prompts", flush=True)
+def copy_db(source: Path, dest: Path) -> None:
+    """A consistent copy of a database (SQLite's online backup: the WAL included)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with store.open_db(source) as db, sqlite3.connect(dest) as out:
+        db.conn.backup(out)
 
-    sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=args.max_tokens)
-    rated_tasks = humaneval_tasks("train")[: args.ratings]
-    votes = {"left": 0, "right": 0, "tie": 0}
-    for task in rated_tasks:  # an A/B pair per task, as the page's A/B mode makes them
-        left, right = run_group(
-            task, client, 2, db=db_path, sampling=sampling, shape="parallel", agents=AGENTS,
-            checker=sandbox_check,
-        )  # fmt: skip
-        choice = vote(args.rater, has, left.output, right.output, rng)
-        votes[choice] += 1
-        with store.open_db(db_path) as db:
+
+def rate(db_path: Path, pairs, rater: str, has, seed: int) -> dict:
+    """The simulated rater's A/B votes on the pairs, through `store.add_rating` (the page's)."""
+    rng, votes = random.Random(seed), {"left": 0, "right": 0, "tie": 0}
+    with store.open_db(db_path) as db:
+        for left, right in pairs:
+            choice = vote(rater, has, left.output, right.output, rng)
+            votes[choice] += 1
             store.add_rating(
                 db, left.episode_id, "pairwise", choice=choice, other_episode_id=right.episode_id
             )
-    print(f"rated {len(rated_tasks)} pairs: {votes}", flush=True)
+    return votes
 
+
+def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], int | None]:
+    """One retrain from the database's ratings; its candidates loaded into the server."""
     train_args = TrainArgs(
         task="coding",
         steps=args.steps,
         agents=AGENTS,
         task_limit=args.ratings,
         magrpo=MAGRPOConfig(
-            group_size=args.group_size, tasks_per_step=2, max_new_tokens=args.max_tokens
+            group_size=args.group_size,
+            tasks_per_step=2,
+            max_new_tokens=args.max_tokens,
+            learning_rate=args.learning_rate,
         ),
         weights=RewardWeights(human=args.human_weight),
     )
@@ -155,74 +183,124 @@ def experiment(client, model_path, db_path: Path, args) -> dict:
         for agent, version in sorted(outcome["candidates"].items()):
             names.append(adapter_name(agent, version))
             load_version(client, names[-1], store.get_adapter(db, agent, version)["path"])
-    after = measure(client, names, held_out, db_path, args.max_tokens, has)
-    rate = {
-        key: [sum(m[key] for m in ms) / len(ms) for ms in (before, after)]
-        for key in ("property", "pass")
-    }
-    p = {
-        key: mcnemar([m[key] for m in before], [m[key] for m in after])
-        for key in ("property", "pass")
-    }
+    return names, outcome["history"][-1].get("ratings_learnt")
+
+
+def rates(measured: list[dict]) -> dict:
+    return {key: sum(m[key] for m in measured) / len(measured) for key in ("property", "pass")}
+
+
+def experiment(client, model_path, home: Path, args) -> dict:
+    """Shared: the before-measurement and the rated episodes. Then per arm (a rater): its own
+    home and copy of the database, its votes, its retrain, its after-measurement."""
+    has = PROPERTIES[args.property]
+    raters = ["prefers", "none"] if args.rater == "both" else [args.rater]
+    held_out = split_tasks("coding", "held_out")[: args.held_out]
+    t0 = time.perf_counter()
+    shared = home / "shared" / "coteam.db"
+    os.environ["COTEAM_HOME"] = str(shared.parent)
+    before = measure(client, [None] * AGENTS, held_out, shared, args, has)
+    print(f"before: {len(held_out)} held-out prompts, {rates(before)}, "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+
+    sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=args.max_tokens)
+
+    def pair(task) -> tuple:  # an A/B pair per task, as the page's A/B mode makes them
+        return tuple(
+            run_group(task, client, 2, db=shared, sampling=sampling, shape="parallel",
+                      agents=AGENTS, checker=sandbox_check)
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        pairs = list(pool.map(pair, humaneval_tasks("train")[: args.ratings]))
+    print(f"sampled {len(pairs)} A/B pairs, {time.perf_counter() - t0:.0f} s", flush=True)
+
+    arms = {}
+    for rater in raters:
+        arm_home = home / rater
+        os.environ["COTEAM_HOME"] = str(arm_home)  # its own adapter registry and runs
+        db_path = arm_home / "coteam.db"
+        copy_db(shared, db_path)
+        votes = rate(db_path, pairs, rater, has, args.seed)
+        names, learnt = retrain(client, model_path, db_path, args)
+        after = measure(client, names, held_out, db_path, args, has)
+        for name in names:  # the next arm's candidates get the same names
+            client.unload_adapter(name)
+        arms[rater] = {"votes": votes, "ratings_learnt": learnt, "after": after}
+        print(f"{rater}: votes {votes}, after {rates(after)}, "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     return {
-        "rater": args.rater,
         "property": args.property,
-        "ratings": len(rated_tasks),
-        "votes": votes,
+        "ratings": len(pairs),
         "held_out": len(held_out),
+        "samples": args.samples,
         "steps": args.steps,
-        "ratings_learnt": outcome["history"][-1].get("ratings_learnt"),
-        "property_before": rate["property"][0],
-        "property_after": rate["property"][1],
-        "property_p": p["property"],
-        "pass_before": rate["pass"][0],
-        "pass_after": rate["pass"][1],
-        "pass_p": p["pass"],
-        "seconds": round(time.perf_counter() - t0, 1),
+        "group_size": args.group_size,
+        "learning_rate": args.learning_rate,
+        "human_weight": args.human_weight,
         "prompts": [task.source_id for task in held_out],
         "before": before,
-        "after": after,
+        "arms": arms,
+        "seconds": round(time.perf_counter() - t0, 1),
     }
 
 
-def compare(run: dict, control: dict) -> str:
-    """A run's held-out answers after its retrain against the control run's after its own, paired
-    per prompt (the same prompts, the same start): what the rater's preference did beyond what
-    retraining did anyway."""
-    if run.get("prompts") != control.get("prompts"):
-        raise SystemExit("the two runs were not measured on the same held-out prompts")
-    lines = [f"{run['rater']} ({run['property']}) against the control ({control['rater']}), "
-             f"after both retrains, {len(run['prompts'])} held-out prompts:"]  # fmt: skip
-    for key in ("property", "pass"):
-        mine = [m[key] for m in run["after"]]
-        theirs = [m[key] for m in control["after"]]
+def report(figures: dict) -> str:
+    """Each arm before → after, and the rater's arm against the control's after both retrains."""
+    before, arms = figures["before"], figures["arms"]
+    lines = [
+        f"{figures['property']}: N = {figures['ratings']} ratings, {figures['steps']} step(s), "
+        f"{figures['held_out']} held-out prompts x {figures['samples']} answer(s), "
+        f"{figures['seconds']} s"
+    ]
+    for rater, arm in arms.items():
         lines.append(
-            f"  {key:8s}  {100 * sum(mine) / len(mine):5.1f}% vs {100 * sum(theirs) / len(theirs):5.1f}%"
-            f"  (McNemar p = {mcnemar(theirs, mine):.3f})"
+            f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
         )
+        for key in ("property", "pass"):
+            b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
+            lines.append(
+                f"    {key:8s}  {100 * sum(b) / len(b):5.1f}% -> {100 * sum(a) / len(a):5.1f}%"
+                f"  (sign test p = {sign_test(b, a):.3f})"
+            )
+    if {"prefers", "none"} <= arms.keys():
+        lines.append("  the rater's arm against the control's, after both retrains:")
+        for key in ("property", "pass"):
+            mine = [m[key] for m in arms["prefers"]["after"]]
+            theirs = [m[key] for m in arms["none"]["after"]]
+            lines.append(
+                f"    {key:8s}  {100 * sum(mine) / len(mine):5.1f}% vs "
+                f"{100 * sum(theirs) / len(theirs):5.1f}%  (sign test p = "
+                f"{sign_test(theirs, mine):.3f})"
+            )
     return "\n".join(lines)
 
 
-def plot(runs: list[dict], path: str) -> None:
-    """Bars of the property's rate and of pass@1 on the held-out prompts, before and after the
-    retrain, a pair of bars per run."""
+def plot(figures: dict, path: str) -> None:
+    """Bars of the property's rate and of pass@1 on the held-out prompts: before, and after each
+    arm's retrain."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    bars = [("before (base)", figures["before"])] + [
+        (f"after, rater {rater}", arm["after"]) for rater, arm in figures["arms"].items()
+    ]
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), dpi=100, sharey=True)
-    labels = [f"{r['rater']} ({r.get('property', 'typed')})\nN = {r['ratings']}" for r in runs]
-    x = list(range(len(runs)))
-    metrics = (("property", "has the property"), ("pass", "pass@1"))
+    metrics = (("property", f"{figures['property']}"), ("pass", "pass@1"))
     for ax, (key, title) in zip(axes, metrics, strict=True):
-        for shift, when in ((-0.2, "before"), (0.2, "after")):
-            heights = [100 * r[f"{key}_{when}"] for r in runs]
-            ax.bar([i + shift for i in x], heights, 0.4, label=f"{when} the retrain")
-        ax.set_xticks(x, labels, fontsize=8)
+        for i, (label, measured) in enumerate(bars):
+            ax.bar(i, 100 * rates(measured)[key], 0.6, label=label, color=f"C{i}")
+        ax.set_xticks([])
         ax.set_title(f"{title}, held out (%)")
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
+    fig.suptitle(
+        f"N = {figures['ratings']} ratings, {figures['steps']} steps, "
+        f"{figures['held_out']} prompts x {figures['samples']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -231,39 +309,39 @@ def plot(runs: list[dict], path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
-    parser.add_argument("--rater", choices=["prefers", "none"], default="prefers")
+    parser.add_argument("--rater", choices=["both", "prefers", "none"], default="both")
     parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
     parser.add_argument("--ratings", type=int, default=4, help="N: A/B pairs rated")
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
+    parser.add_argument(
+        "--samples", type=int, default=1, help="answers per prompt (1: greedy; more: T = 0.8)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="held-out tasks or A/B pairs run at a time"
+    )
     parser.add_argument("--steps", type=int, default=1, help="training steps of the retrain")
     parser.add_argument("--group-size", type=int, default=2, help="G joint samples per task")
     parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument(
+        "--learning-rate", type=float, default=MAGRPOConfig.learning_rate, help="the LoRA's"
+    )
     parser.add_argument("--human-weight", type=float, default=0.5, help="w_h of the blend")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--plot", help="also draw before/after bars into this PNG")
-    parser.add_argument(
-        "--replot", nargs="+", metavar="JSON", help="only draw --plot from earlier runs' --json"
-    )
-    parser.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("RUN_JSON", "CONTROL_JSON"),
-        help="only compare two earlier runs' --json, paired per held-out prompt",
-    )
+    parser.add_argument("--replot", metavar="JSON", help="only report and plot an earlier --json")
     args = parser.parse_args()
-    if args.compare:
-        run, control = (json.loads(Path(f).read_text()) for f in args.compare)
-        print(compare(run, control))
-        return
     if args.replot:
-        if not args.plot:
-            parser.error("--replot needs --plot PATH")
-        plot([json.loads(Path(f).read_text()) for f in args.replot], args.plot)
+        figures = json.loads(Path(args.replot).read_text())
+        print(report(figures))
+        if args.plot:
+            plot(figures, args.plot)
         return
-    if args.ratings < 1 or args.held_out < 1 or args.steps < 1 or args.group_size < 2:
-        parser.error("--ratings, --held-out and --steps must be >= 1, --group-size >= 2")
+    if min(args.ratings, args.held_out, args.steps, args.samples, args.concurrency) < 1:
+        parser.error("--ratings, --held-out, --samples, --concurrency and --steps must be >= 1")
+    if args.group_size < 2:
+        parser.error("--group-size must be >= 2 (the advantage needs a group)")
     from agents.server import ServerConfig, connect_or_start
     from store.paths import venv_python
 
@@ -271,23 +349,16 @@ def main() -> None:
     model_path, vllm_python = provision_model(args.model), venv_python("vllm")
     config = ServerConfig(model=str(model_path), agents=AGENTS, python=vllm_python)
 
-    with tempfile.TemporaryDirectory(prefix="coteam-bench-ratings-") as home:
-        os.environ["COTEAM_HOME"] = home  # its own database and adapter registry
-        with connect_or_start(args.vllm_url, config) as client:
-            figures = experiment(client, model_path, Path(home) / "coteam.db", args)
-    print(
-        f"rater {figures['rater']} ({figures['property']}), N={figures['ratings']} ratings, "
-        f"{figures['steps']} step(s), {figures['held_out']} held-out prompts, "
-        f"{figures['seconds']} s\n"
-        f"  property  {100 * figures['property_before']:5.1f}% -> "
-        f"{100 * figures['property_after']:5.1f}%  (McNemar p = {figures['property_p']:.3f})\n"
-        f"  pass@1    {100 * figures['pass_before']:5.1f}% -> "
-        f"{100 * figures['pass_after']:5.1f}%  (McNemar p = {figures['pass_p']:.3f})"
-    )
+    with (
+        tempfile.TemporaryDirectory(prefix="coteam-bench-ratings-") as home,
+        connect_or_start(args.vllm_url, config) as client,
+    ):
+        figures = experiment(client, model_path, Path(home), args)
+    print(report(figures))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     if args.plot:
-        plot([figures], args.plot)
+        plot(figures, args.plot)
 
 
 if __name__ == "__main__":
