@@ -184,6 +184,32 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], int | N
     return names, outcome["history"][-1].get("ratings_learnt")
 
 
+def training_signal(db_path: Path, since: int, has) -> dict:
+    """What the retrain's rollouts (the episodes after the first `since`) gave the update about
+    the property: their groups, the informative ones (whose samples differ in the property: only
+    there can the preference term move the advantage towards it) and the preference term's mean
+    gap in those, with the property minus without (positive: it pointed the right way)."""
+    with store.open_db(db_path) as db:
+        newest = store.list_episodes(db, limit=store.count_episodes(db) - since)
+        rollouts = store.get_episodes(db, [e["id"] for e in newest])
+    groups: dict[str, list[dict]] = {}
+    for episode in rollouts:
+        groups.setdefault(episode["group_id"], []).append(episode)
+    gaps = []
+    for members in groups.values():
+        split = {True: [], False: []}
+        for e in members:
+            if "human_rating" in e["rewards"]:  # a preference term was blended into its reward
+                split[has(e["final_output"] or "")].append(e["rewards"]["human_rating"])
+        if split[True] and split[False]:
+            gaps.append(sum(split[True]) / len(split[True]) - sum(split[False]) / len(split[False]))
+    return {
+        "groups": len(groups),
+        "informative": len(gaps),
+        "preference_gap": round(sum(gaps) / len(gaps), 3) if gaps else None,
+    }
+
+
 def rates(measured: list[dict]) -> dict:
     return {key: sum(m[key] for m in measured) / len(measured) for key in ("property", "pass")}
 
@@ -220,12 +246,15 @@ def experiment(client, model_path, home: Path, args) -> dict:
         db_path = arm_home / "coteam.db"
         copy_db(shared, db_path)
         votes = rate(db_path, pairs, rater, has, args.seed)
+        with store.open_db(db_path) as db:
+            since = store.count_episodes(db)
         names, learnt = retrain(client, model_path, db_path, args)
+        signal = training_signal(db_path, since, has)
         after = measure(client, names, held_out, db_path, args, has)
         for name in names:  # the next arm's candidates get the same names
             client.unload_adapter(name)
-        arms[rater] = {"votes": votes, "ratings_learnt": learnt, "after": after}
-        print(f"{rater}: votes {votes}, after {rates(after)}, "
+        arms[rater] = {"votes": votes, "ratings_learnt": learnt, "signal": signal, "after": after}
+        print(f"{rater}: votes {votes}, retrain {signal}, after {rates(after)}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     return {
         "property": args.property,
@@ -255,6 +284,12 @@ def report(figures: dict) -> str:
         lines.append(
             f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
         )
+        if "signal" in arm:
+            signal = arm["signal"]
+            lines.append(
+                f"    retrain: {signal['groups']} groups, {signal['informative']} differing in the "
+                f"property, preference term with it minus without {signal['preference_gap']}"
+            )
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(
