@@ -359,7 +359,9 @@ def main() -> None:
     parser.add_argument(
         "--learning-rate", type=float, default=MAGRPOConfig.learning_rate, help="the LoRA's"
     )
-    parser.add_argument("--human-weight", type=float, default=0.5, help="w_h of the blend")
+    parser.add_argument(
+        "--human-weight", type=float, default=RewardWeights.human, help="w_h of the blend"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the control rater's coin flips")
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")
