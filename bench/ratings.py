@@ -30,7 +30,7 @@ Usage: python bench/ratings.py [--rater both|prefers|none] [--property commented
                                [--ratings 4] [--held-out 4] [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
-       python bench/ratings.py --replot JSON [--plot PNG]
+       python bench/ratings.py --replot JSON [JSON ...] [--plot PNG]
 """
 
 from __future__ import annotations
@@ -286,11 +286,11 @@ def report(figures: dict) -> str:
         lines.append(
             f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
         )
-        signal = arm["signal"]
-        lines.append(
-            f"    retrain: {signal['groups']} groups, {signal['informative']} differing in the "
-            f"property, preference term with it minus without {signal['preference_gap']}"
-        )
+        if signal := arm.get("signal"):  # not recorded by the first two-arm run
+            lines.append(
+                f"    retrain: {signal['groups']} groups, {signal['informative']} differing in "
+                f"the property, preference term with it minus without {signal['preference_gap']}"
+            )
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(
@@ -310,31 +310,40 @@ def report(figures: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(figures: dict, path: str) -> None:
-    """Bars of the property's rate and of pass@1 on the held-out prompts: before, and after each
-    arm's retrain."""
+def run_label(figures: dict) -> str:
+    return (
+        f"N = {figures['ratings']}\nw_h {figures['human_weight']}, "
+        f"{figures['steps']} steps of G = {figures['group_size']}"
+    )
+
+
+def plot(runs: list[dict], path: str) -> None:
+    """Bars of the property's rate and of pass@1 on the held-out prompts, one group of bars per
+    run (labelled by its N): before, and after each arm's retrain."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = [("before (base)", figures["before"])] + [
-        (f"after, rater {rater}", arm["after"]) for rater, arm in figures["arms"].items()
-    ]
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), dpi=100, sharey=True)
-    metrics = (("property", f"{figures['property']}"), ("pass", "pass@1"))
+    labels = ["before (base)"] + [f"after, rater {rater}" for rater in ("prefers", "none")]
+    fig, axes = plt.subplots(1, 2, figsize=(4 + 3 * len(runs), 3.4), dpi=100, sharey=True)
+    metrics = (("property", runs[0]["property"]), ("pass", "pass@1"))
+    width = 0.8 / len(labels)
     for ax, (key, title) in zip(axes, metrics, strict=True):
-        for i, (label, measured) in enumerate(bars):
-            ax.bar(i, 100 * rates(measured)[key], 0.6, label=label, color=f"C{i}")
-        ax.set_xticks([])
+        for x, figures in enumerate(runs):
+            measured = [figures["before"]] + [
+                figures["arms"].get(rater, {}).get("after") for rater in ("prefers", "none")
+            ]
+            for i, m in enumerate(measured):
+                if m is not None:
+                    label = labels[i] if x == 0 else None
+                    offset = (i - 1) * width
+                    ax.bar(x + offset, 100 * rates(m)[key], width, label=label, color=f"C{i}")
+        ax.set_xticks(range(len(runs)), [run_label(f) for f in runs], fontsize=8)
         ax.set_title(f"{title}, held out (%)")
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(
-        f"N = {figures['ratings']} ratings, {figures['steps']} steps, "
-        f"{figures['held_out']} prompts x {figures['samples']}",
-        fontsize=9,
-    )
+    fig.suptitle(f"{runs[0]['held_out']} held-out prompts x {runs[0]['samples']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -366,13 +375,18 @@ def main() -> None:
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--plot", help="also draw before/after bars into this PNG")
-    parser.add_argument("--replot", metavar="JSON", help="only report and plot an earlier --json")
+    parser.add_argument(
+        "--replot",
+        metavar="JSON",
+        nargs="+",
+        help="only report and plot earlier --json files (several: one group of bars each)",
+    )
     args = parser.parse_args()
     if args.replot:
-        figures = json.loads(Path(args.replot).read_text())
-        print(report(figures))
+        runs = [json.loads(Path(name).read_text()) for name in args.replot]
+        print("\n".join(report(figures) for figures in runs))
         if args.plot:
-            plot(figures, args.plot)
+            plot(runs, args.plot)
         return
     if min(args.ratings, args.held_out, args.steps, args.samples, args.concurrency) < 1:
         parser.error("--ratings, --held-out, --samples, --concurrency and --steps must be >= 1")
@@ -394,7 +408,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     if args.plot:
-        plot(figures, args.plot)
+        plot([figures], args.plot)
 
 
 if __name__ == "__main__":

@@ -22,3 +22,27 @@ def test_bench_script_prints_its_usage(script: Path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Path):
+    """The figures docs/TRAINING.md quotes are re-read from their JSON: each run's report and
+    one plot with a group of bars per run."""
+    runs = sorted((BENCH.parent / "docs" / "training").glob("ratings-arms-*.json"))
+    assert len(runs) >= 3
+    png = tmp_path / "runs.png"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "ratings.py"),
+            "--replot",
+            *map(str, runs),
+            "--plot",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("the rater's arm against the control's") == len(runs)
+    assert png.stat().st_size > 10_000
