@@ -31,6 +31,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agents.server import ServerConfig, connect_or_start
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
+    from learner.registry import register_shipped
     from learner.train import TrainArgs
     from learner.worker import LearnerWorker, Schedule
     from store import open_db, recover_interrupted
@@ -46,6 +47,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # what the learner trains; a server at --vllm-url serves its own copy of the model
     model = resolve_model(args.model) if args.vllm_url else provision_model(args.model)
+    with open_db(args.db) as db:  # a new installation starts with the team shipped, if any
+        for row in register_shipped(db, model):
+            print(f"agent {row['agent']}: the shipped trained adapter is version {row['version']}")
     config = ServerConfig(
         model=str(model), served_name=args.served_name, port=args.vllm_port, agents=args.agents
     )

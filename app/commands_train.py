@@ -153,15 +153,20 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 def adapter_record(row: dict) -> dict:
     """One adapter version as `coteam adapters list --json` prints it: `name` is the name the
     server knows it by (`coteam episode --adapter AGENT=NAME`); `source` says where it came from
-    ("trained here" by a run of this installation, or "registered" by hand)."""
+    ("trained here" by a run of this installation, "shipped" with CoTeam, or "registered" by
+    hand)."""
     from learner.registry import adapter_name
 
+    if row.get("training_run_id") is not None:
+        source = "trained here"
+    else:
+        source = "shipped" if row["metrics"].get("source") == "shipped" else "registered"
     return {
         "agent": row["agent"],
         "version": row["version"],
         "state": row["state"],
         "name": adapter_name(row["agent"], row["version"]),
-        "source": "trained here" if row.get("training_run_id") is not None else "registered",
+        "source": source,
         "training_run": row.get("training_run_id"),
         "parent_version": row.get("parent_version"),
         "created_at": row["created_at"],

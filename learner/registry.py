@@ -10,6 +10,8 @@ flight finish on the old one, which stays loaded (and is what a rollback returns
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import tempfile
@@ -23,6 +25,12 @@ from store.adapters import adapter_name
 from store.paths import adapters_dir
 
 KEEP_LOADED = 2  # versions per agent kept on the server: the active one and the one before
+# the trained team that ships with CoTeam: card.json (what it was trained on, with which command,
+# its held-out figures and the base model's sha256) and one PEFT folder per agent, agentK/
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "adapters"
+CARD = "card.json"
+
+log = logging.getLogger(__name__)
 
 
 def publish_candidate(
@@ -54,6 +62,39 @@ def publish_candidate(
         metrics=metrics,
         training_run_id=training_run_id,
     )
+
+
+def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) -> list[dict]:
+    """On a new installation (no adapter version of any agent in the registry yet), make the
+    shipped team each agent's version 1, active, so a new user starts with the trained team; the
+    base team is one rollback away. Nothing is registered when nothing is shipped, when this
+    registry already has versions (a person's own runs and choices are never overridden), or when
+    the card's base model is not the one served (its sha256, from the model's provenance file).
+    Returns the registered rows."""
+    from agents.models import PROVENANCE_FILE
+
+    card_file = folder / CARD
+    if not card_file.is_file() or db["adapters"].count:
+        return []
+    card = json.loads(card_file.read_text())
+    provenance = Path(model) / PROVENANCE_FILE
+    served = json.loads(provenance.read_text()).get("sha256") if provenance.is_file() else None
+    if served != card["base_model"]["sha256"]:
+        log.warning(
+            "the shipped adapters were trained on %s (sha256 %s), not on the model served here "
+            "(sha256 %s): not registered",
+            card["base_model"]["name"],
+            card["base_model"]["sha256"],
+            served,
+        )
+        return []
+    rows = []
+    for agent in card["agents"]:
+        row = publish_candidate(
+            db, agent, folder / f"agent{agent}", metrics={"source": "shipped", "card": card}
+        )
+        rows.append(store.activate_adapter(db, agent, row["version"]))
+    return rows
 
 
 def remove_unfinished_copies() -> list[Path]:

@@ -2,6 +2,7 @@
 small real `coteam train` run through the CLI."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import pytest
 
 import store
+from agents.models import PROVENANCE_FILE
 from agents.policy import PolicyError, Request
 from agents.team import Sampling, run_episode
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
@@ -126,6 +128,55 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
         assert ensure_loaded(db, policy, 3) == [None, None, "agent2-v1"]
     [c] = policy.generate([Request(PROMPT, adapter="agent2-v1", max_tokens=8)])
     assert c.text
+
+
+def test_a_new_installation_serves_the_shipped_team(
+    policy, model_path, two_versions, home, tmp_path
+):
+    """A card and one PEFT folder per agent in the shipped folder: a new installation registers
+    them as each agent's version 1, active and listed as shipped, and the server answers with
+    them; an installation with versions of its own, or one serving another base model, is left
+    as it is."""
+    import json
+
+    from app.commands_train import adapter_record
+    from learner.registry import CARD, register_shipped
+
+    shipped = tmp_path / "shipped"
+    for agent, folder in enumerate(two_versions):
+        shutil.copytree(folder, shipped / f"agent{agent}")
+    sha256 = json.loads((model_path / PROVENANCE_FILE).read_text())["sha256"]
+    card = {"base_model": {"name": "qwen2.5-coder-0.5b", "sha256": sha256}, "agents": [0, 1]}
+    (shipped / CARD).write_text(json.dumps(card))
+    other_base = tmp_path / "other"
+    shutil.copytree(shipped, other_base)
+    (other_base / CARD).write_text(json.dumps({**card, "base_model": {"name": "x", "sha256": "0"}}))
+
+    with store.open_db(home / "other.db") as db:
+        assert register_shipped(db, model_path, other_base) == []  # another base model's
+        assert store.active_adapters(db) == {}
+    before = set(policy.list_adapters())
+    try:
+        with store.open_db(home / "coteam.db") as db:
+            rows = register_shipped(db, model_path, shipped)
+            assert [(r["agent"], r["version"], r["state"]) for r in rows] == [
+                (0, 1, "active"),
+                (1, 1, "active"),
+            ]
+            assert {adapter_record(r)["source"] for r in rows} == {"shipped"}
+            assert register_shipped(db, model_path, shipped) == []  # not a new installation
+            names = ensure_loaded(db, policy, 2)
+        assert names == ["agent0-v1", "agent1-v1"]
+        base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
+        answers = [policy.generate([Request(PROMPT, adapter=n, max_tokens=12)])[0] for n in names]
+        assert [a.adapter for a in answers] == names
+        assert base not in {a.text for a in answers}, "the shipped adapters changed nothing"
+        with store.open_db(home / "coteam.db") as db:  # the base team is one rollback away
+            rollback(db, policy, 0)
+            assert ensure_loaded(db, policy, 2) == [None, "agent1-v1"]
+    finally:
+        for name in set(policy.list_adapters()) - before:  # the shared server as we found it
+            policy.unload_adapter(name)
 
 
 def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
