@@ -14,7 +14,7 @@ import store  # noqa: E402
 from app.admin_login import PRIVATE, require  # noqa: E402
 from app.admin_training import runs_table  # noqa: E402
 from app.context import AppContext  # noqa: E402
-from learner.registry import adapter_name, promote, rollback  # noqa: E402
+from learner.registry import adapter_name, adapter_source, promote, rollback  # noqa: E402
 from learner.report import training_curve_figure  # noqa: E402
 
 ADAPTER_COLUMNS = [
@@ -27,6 +27,7 @@ ADAPTER_COLUMNS = [
     "train reward",
     "held-out score",
     "training run",
+    "source",
 ]
 
 
@@ -47,6 +48,7 @@ def adapters_table(ctx: AppContext) -> dict:
                 _round(metrics.get("train_reward")),
                 _round(gate.get("candidate_score")),
                 r["training_run_id"],
+                adapter_source(r),
             ]
         )
     return {"headers": ADAPTER_COLUMNS, "data": rows}

@@ -286,13 +286,22 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
     p.add_argument("--poll", type=float, default=30.0, help="seconds between schedule checks")
     p.set_defaults(func=cmd_learner)
 
-    p = sub.add_parser("adapters", help="list, promote or roll back the agents' adapter versions")
-    p.add_argument("action", choices=["list", "promote", "rollback"])
+    p = sub.add_parser(
+        "adapters",
+        help="list, promote or roll back the agents' adapter versions, or ship the active team",
+    )
+    p.add_argument("action", choices=["list", "promote", "rollback", "ship"])
     p.add_argument("--agent", type=int, help="agent index (0, 1, ...)")
     p.add_argument("--version", type=int, help="version to promote")
     p.add_argument("--json", action="store_true", help="list: one JSON object per version")
     p.add_argument("--vllm-url", help="also load the version into this running server")
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.add_argument(
+        "--out",
+        help="ship: the folder to write the active team to, with its card (default: the "
+        "project's assets/adapters, which a new installation serves)",
+    )
+    p.add_argument("--model", default=default_model, help="ship: the base model, " + MODEL_HELP)
     p.set_defaults(func=cmd_adapters)
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from app.commands_episode import episode_policy
 
@@ -139,13 +140,22 @@ def cmd_adapters(args: argparse.Namespace) -> int:
                 raise ValueError("promote needs --agent and --version")
             promote(db, client, args.agent, args.version)
             print(f"{adapter_name(args.agent, args.version)} is active")
+        elif args.action == "ship":
+            from agents.models import resolve_model
+            from learner.registry import SHIPPED, ship
+
+            out = Path(args.out) if args.out else SHIPPED
+            card = ship(db, resolve_model(args.model), out)
+            for agent, version in card["versions"].items():
+                print(f"{adapter_name(int(agent), version['version'])} -> {out}/agent{agent}")
+            print(f"card: {out}/card.json (a new installation serves this team as version 1)")
         else:
             if args.agent is None:
                 raise ValueError("rollback needs --agent")
             row = rollback(db, client, args.agent)
             now = adapter_name(args.agent, row["version"]) if row else "the base model"
             print(f"agent {args.agent} rolled back: now serving {now}")
-    if client is None and args.action != "list":
+    if client is None and args.action in ("promote", "rollback"):
         print("(no --vllm-url: the running app loads the active version at its next episode)")
     return 0
 
@@ -153,20 +163,15 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 def adapter_record(row: dict) -> dict:
     """One adapter version as `coteam adapters list --json` prints it: `name` is the name the
     server knows it by (`coteam episode --adapter AGENT=NAME`); `source` says where it came from
-    ("trained here" by a run of this installation, "shipped" with CoTeam, or "registered" by
-    hand)."""
-    from learner.registry import adapter_name
+    (`learner.registry.adapter_source`)."""
+    from learner.registry import adapter_name, adapter_source
 
-    if row.get("training_run_id") is not None:
-        source = "trained here"
-    else:
-        source = "shipped" if row["metrics"].get("source") == "shipped" else "registered"
     return {
         "agent": row["agent"],
         "version": row["version"],
         "state": row["state"],
         "name": adapter_name(row["agent"], row["version"]),
-        "source": source,
+        "source": adapter_source(row),
         "training_run": row.get("training_run_id"),
         "parent_version": row.get("parent_version"),
         "created_at": row["created_at"],

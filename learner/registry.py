@@ -64,6 +64,14 @@ def publish_candidate(
     )
 
 
+def adapter_source(row: dict) -> str:
+    """Where a version came from: "trained here" (by a run of this installation), "shipped"
+    (with CoTeam, registered by `register_shipped`) or "registered" (by hand)."""
+    if row.get("training_run_id") is not None:
+        return "trained here"
+    return "shipped" if row["metrics"].get("source") == "shipped" else "registered"
+
+
 def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) -> list[dict]:
     """On a new installation (no adapter version of any agent in the registry yet), make the
     shipped team each agent's version 1, active, so a new user starts with the trained team; the
@@ -95,6 +103,59 @@ def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) ->
         )
         rows.append(store.activate_adapter(db, agent, row["version"]))
     return rows
+
+
+def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
+    """Write the active team as the team CoTeam ships: each agent's active adapter into
+    `out`/agentK/ (PEFT config, weights in bf16: half the size, as vLLM serves them) and
+    `out`/card.json, which says what it is (the base model's name and sha256, each agent's
+    version, the training run's config and figures, the promotion gate's decision). Refuses
+    when no agent has an active version or the base model has no provenance (no sha256 to check
+    against). Returns the card."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from agents.models import PROVENANCE_FILE
+
+    active = store.active_adapters(db)
+    if not active:
+        raise ValueError("no agent has an active adapter version: nothing to ship")
+    provenance = Path(model) / PROVENANCE_FILE
+    if not provenance.is_file():
+        raise ValueError(
+            f"{model} has no {PROVENANCE_FILE}: the card needs the base model's sha256"
+        )
+    if out.exists() and any(out.iterdir()) and not (out / CARD).is_file():
+        raise ValueError(f"{out} has files but no {CARD}: not a shipped team to replace")
+    base = json.loads(provenance.read_text())
+    card = {
+        "base_model": {"name": base.get("preset", Path(model).name), "sha256": base["sha256"]},
+        "agents": sorted(active),
+        "versions": {},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ship.", dir=out.parent))
+    try:
+        for agent, row in sorted(active.items()):
+            dest = tmp / f"agent{agent}"
+            dest.mkdir()
+            shutil.copy2(Path(row["path"]) / "adapter_config.json", dest)
+            weights = load_file(Path(row["path"]) / "adapter_model.safetensors")
+            save_file({k: v.to(torch.bfloat16) for k, v in weights.items()},
+                      dest / "adapter_model.safetensors")  # fmt: skip
+            run = row.get("training_run_id")
+            card["versions"][str(agent)] = {
+                "version": row["version"],
+                "created_at": row["created_at"],
+                "metrics": row["metrics"],
+                "training_run": store.get_training_run(db, run) if run is not None else None,
+            }
+        (tmp / CARD).write_text(json.dumps(card, indent=2, default=str) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return card
 
 
 def remove_unfinished_copies() -> list[Path]:

@@ -130,24 +130,39 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
     assert c.text
 
 
-def test_a_new_installation_serves_the_shipped_team(
-    policy, model_path, two_versions, home, tmp_path
+def test_the_active_team_ships_and_a_new_installation_serves_it(
+    policy, model_path, two_versions, home, tmp_path, monkeypatch
 ):
-    """A card and one PEFT folder per agent in the shipped folder: a new installation registers
-    them as each agent's version 1, active and listed as shipped, and the server answers with
-    them; an installation with versions of its own, or one serving another base model, is left
-    as it is."""
+    """`coteam adapters ship` writes the active team (bf16 weights and a card naming the base
+    model's sha256); a new installation registers it as each agent's version 1, active and
+    listed as shipped, and the server answers with it; an installation with versions of its own,
+    or one serving another base model, is left as it is."""
     import json
+
+    from safetensors.torch import load_file
 
     from app.commands_train import adapter_record
     from learner.registry import CARD, register_shipped
 
+    trainer = tmp_path / "trainer"  # the installation that trained the team
+    monkeypatch.setenv("COTEAM_HOME", str(trainer))
+    with store.open_db(trainer / "coteam.db") as db:
+        for agent, folder in enumerate(two_versions):
+            publish_candidate(db, agent, folder)
+            store.activate_adapter(db, agent, 1)
     shipped = tmp_path / "shipped"
-    for agent, folder in enumerate(two_versions):
-        shutil.copytree(folder, shipped / f"agent{agent}")
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "adapters", "ship", "--db", str(trainer / "coteam.db"),
+         "--out", str(shipped), "--model", str(model_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    monkeypatch.setenv("COTEAM_HOME", str(home))  # a new installation
+    assert done.returncode == 0, done.stderr[-2000:]
+    card = json.loads((shipped / CARD).read_text())
     sha256 = json.loads((model_path / PROVENANCE_FILE).read_text())["sha256"]
-    card = {"base_model": {"name": "qwen2.5-coder-0.5b", "sha256": sha256}, "agents": [0, 1]}
-    (shipped / CARD).write_text(json.dumps(card))
+    assert card["base_model"]["sha256"] == sha256 and card["agents"] == [0, 1]
+    weights = load_file(shipped / "agent1" / "adapter_model.safetensors")
+    assert weights and {str(w.dtype) for w in weights.values()} == {"torch.bfloat16"}
     other_base = tmp_path / "other"
     shutil.copytree(shipped, other_base)
     (other_base / CARD).write_text(json.dumps({**card, "base_model": {"name": "x", "sha256": "0"}}))
