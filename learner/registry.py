@@ -25,8 +25,9 @@ from store.adapters import adapter_name
 from store.paths import adapters_dir
 
 KEEP_LOADED = 2  # versions per agent kept on the server: the active one and the one before
-# the trained team that ships with CoTeam: card.json (what it was trained on, with which command,
-# its held-out figures and the base model's sha256) and one PEFT folder per agent, agentK/
+# the trained team that ships with CoTeam (`ship` writes it): card.json (the base model's name and
+# sha256, each version's metrics and training run, its config included) and one PEFT folder per
+# agent, agentK/
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "adapters"
 CARD = "card.json"
 
