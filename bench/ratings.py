@@ -336,13 +336,13 @@ def plot(runs: list[dict], path: str) -> None:
             ]
             for i, m in enumerate(measured):
                 if m is not None:
-                    label = labels[i] if x == 0 else None
                     offset = (i - 1) * width
-                    ax.bar(x + offset, 100 * rates(m)[key], width, label=label, color=f"C{i}")
+                    ax.bar(x + offset, 100 * rates(m)[key], width, label=labels[i], color=f"C{i}")
         ax.set_xticks(range(len(runs)), [run_label(f) for f in runs], fontsize=8)
         ax.set_title(f"{title}, held out (%)")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    legend = dict(zip(*reversed(axes[0].get_legend_handles_labels()), strict=True))  # one each
+    axes[0].legend(legend.values(), legend.keys(), fontsize=8)
     fig.suptitle(f"{runs[0]['held_out']} held-out prompts x {runs[0]['samples']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
