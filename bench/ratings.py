@@ -9,6 +9,10 @@ ratings and scores every rollout), and held-out prompts are answered before and 
                     copy of the database and retrains from it, and the arms' answers after their
                     retrains are compared with each other, prompt by prompt: what the preference
                     did beyond what retraining does anyway
+    rater unrated   no votes at all: the retrain on the automatic reward alone (no preference
+                    model, so no blend), the drift any retrain brings
+    rater all       the three arms: also the control against the unrated arm, what ratings
+                    without a preference change beyond that drift
 
     property commented  the program has a comment (`# ...`): about a third of the untrained
                         team's programs do, so pairs disagree often enough to teach
@@ -26,8 +30,8 @@ update: the groups whose samples differ in the property, and the preference term
 
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
-Usage: python bench/ratings.py [--rater both|prefers|none] [--property commented|typed]
-                               [--ratings 4] [--held-out 4] [--samples 1] [--concurrency 4]
+Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated]
+                               [--property commented|typed] [--ratings 4] [--held-out 4] [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
        python bench/ratings.py --replot JSON [JSON ...] [--plot PNG]
@@ -96,6 +100,7 @@ def commented(program: str) -> bool:
 
 
 PROPERTIES = {"commented": commented, "typed": typed}
+ARMS = ["prefers", "none", "unrated"]  # the rater, the coin-flip control, no ratings
 
 
 def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
@@ -220,7 +225,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
     """Shared: the before-measurement and the rated episodes. Then per arm (a rater): its own
     home and copy of the database, its votes, its retrain, its after-measurement."""
     has = PROPERTIES[args.property]
-    raters = ["prefers", "none"] if args.rater == "both" else [args.rater]
+    raters = {"both": ["prefers", "none"], "all": ARMS}.get(args.rater, [args.rater])
     held_out = split_tasks("coding", "held_out")[: args.held_out]
     t0 = time.perf_counter()
     shared = home / "shared" / "coteam.db"
@@ -247,7 +252,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         os.environ["COTEAM_HOME"] = str(arm_home)  # its own adapter registry and runs
         db_path = arm_home / "coteam.db"
         copy_db(shared, db_path)
-        votes = rate(db_path, pairs, rater, has, args.seed)
+        votes = {} if rater == "unrated" else rate(db_path, pairs, rater, has, args.seed)
         with store.open_db(db_path) as db:
             since = store.count_episodes(db)
         names, learnt = retrain(client, model_path, db_path, args)
@@ -275,7 +280,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
 
 
 def report(figures: dict) -> str:
-    """Each arm before → after, and the rater's arm against the control's after both retrains."""
+    """Each arm before → after; after both retrains, the rater's arm against the control's and
+    the control's against the unrated one (where the run has them)."""
     before, arms = figures["before"], figures["arms"]
     lines = [
         f"{figures['property']}: N = {figures['ratings']} ratings, {figures['steps']} step(s), "
@@ -286,7 +292,10 @@ def report(figures: dict) -> str:
         lines.append(
             f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
         )
-        if signal := arm.get("signal"):  # not recorded by the first two-arm run
+        signal = arm.get("signal")  # not recorded by the first two-arm run
+        if signal and not arm["votes"]:
+            lines.append(f"    retrain: {signal['groups']} groups, no ratings: no preference term")
+        elif signal:
             lines.append(
                 f"    retrain: {signal['groups']} groups, {signal['informative']} differing in "
                 f"the property, preference term with it minus without {signal['preference_gap']}"
@@ -297,16 +306,18 @@ def report(figures: dict) -> str:
                 f"    {key:8s}  {100 * rates(before)[key]:5.1f}% -> "
                 f"{100 * rates(arm['after'])[key]:5.1f}%  (sign test p = {sign_test(b, a):.3f})"
             )
-    if {"prefers", "none"} <= arms.keys():
-        lines.append("  the rater's arm against the control's, after both retrains:")
-        for key in ("property", "pass"):
-            mine = [m[key] for m in arms["prefers"]["after"]]
-            theirs = [m[key] for m in arms["none"]["after"]]
-            lines.append(
-                f"    {key:8s}  {100 * rates(arms['prefers']['after'])[key]:5.1f}% vs "
-                f"{100 * rates(arms['none']['after'])[key]:5.1f}%  (sign test p = "
-                f"{sign_test(theirs, mine):.3f})"
-            )
+    for mine, theirs, what in (
+        ("prefers", "none", "the rater's arm against the control's"),
+        ("none", "unrated", "the control's arm against the unrated one"),
+    ):
+        if {mine, theirs} <= arms.keys():
+            lines.append(f"  {what}, after both retrains:")
+            for key in ("property", "pass"):
+                a, b = (rates(arms[arm]["after"])[key] for arm in (mine, theirs))
+                p = sign_test(*([m[key] for m in arms[arm]["after"]] for arm in (theirs, mine)))
+                lines.append(
+                    f"    {key:8s}  {100 * a:5.1f}% vs {100 * b:5.1f}%  (sign test p = {p:.3f})"
+                )
     return "\n".join(lines)
 
 
@@ -325,18 +336,18 @@ def plot(runs: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = ["before (base)"] + [f"after, rater {rater}" for rater in ("prefers", "none")]
+    labels = ["before (base)"] + [f"after, rater {rater}" for rater in ARMS]
     fig, axes = plt.subplots(1, 2, figsize=(4 + 3 * len(runs), 3.4), dpi=100, sharey=True)
     metrics = (("property", runs[0]["property"]), ("pass", "pass@1"))
     width = 0.8 / len(labels)
     for ax, (key, title) in zip(axes, metrics, strict=True):
         for x, figures in enumerate(runs):
             measured = [figures["before"]] + [
-                figures["arms"].get(rater, {}).get("after") for rater in ("prefers", "none")
+                figures["arms"].get(rater, {}).get("after") for rater in ARMS
             ]
             for i, m in enumerate(measured):
                 if m is not None:
-                    offset = (i - 1) * width
+                    offset = (i - (len(labels) - 1) / 2) * width
                     ax.bar(x + offset, 100 * rates(m)[key], width, label=labels[i], color=f"C{i}")
         ax.set_xticks(range(len(runs)), [run_label(f) for f in runs], fontsize=8)
         ax.set_title(f"{title}, held out (%)")
@@ -352,7 +363,7 @@ def plot(runs: list[dict], path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
-    parser.add_argument("--rater", choices=["both", "prefers", "none"], default="both")
+    parser.add_argument("--rater", choices=["both", "all", *ARMS], default="both")
     parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
     parser.add_argument("--ratings", type=int, default=4, help="N: A/B pairs rated")
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
