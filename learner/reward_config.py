@@ -16,7 +16,9 @@ class RewardWeights:
     rating takes (`blend_human`): 0.8, because a taste that costs tokens (a comment, a
     docstring) reaches the update only where human · (its preference gap) outweighs
     (1 − human) · (what it costs in automatic reward); at 0.5 fifty ratings changed nothing
-    measurable, at 0.8 they moved the held-out rate by +24 points (docs/TRAINING.md).
+    measurable, at 0.8 they moved the held-out rate by +24 points (docs/TRAINING.md). With few
+    ratings (20) it also outweighed the tests (pass@1 −24 points): the promotion gate's pass-rate
+    test is what keeps such a candidate from serving.
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
     `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test
