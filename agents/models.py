@@ -195,6 +195,13 @@ def convert_gguf_to_hf(gguf: Path, dest: Path, provenance: dict) -> Path:
     return dest
 
 
+def model_provenance(model: str | Path) -> dict | None:
+    """What a converted model folder records of its origin (PROVENANCE_FILE: preset, GGUF name,
+    sha256); None for a folder CoTeam did not convert, or a hub id."""
+    marker = Path(model) / PROVENANCE_FILE
+    return json.loads(marker.read_text()) if marker.is_file() else None
+
+
 def resolve_model(spec: str) -> Path | str:
     """A preset name gives its converted folder, a local folder itself, anything else a hub id."""
     if spec in PRESETS:

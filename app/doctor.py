@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -10,7 +9,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from agents.models import PRESETS, PROVENANCE_FILE, ModelError, resolve_model, sha256_of
+from agents.models import PRESETS, ModelError, model_provenance, resolve_model, sha256_of
 from agents.policy import PolicyClient
 from store.paths import coteam_home, models_dir, venv_python
 
@@ -56,10 +55,9 @@ def check_model(spec: str) -> tuple[bool, str]:
         return False, str(e)
     if spec not in PRESETS:
         return True, f"model {resolved} (not a preset: no hash to check)"
-    marker = Path(resolved) / PROVENANCE_FILE
-    if not marker.is_file():
+    provenance = model_provenance(resolved)
+    if provenance is None:
         return False, f"model {spec} not converted yet (run `coteam setup --model {spec}`)"
-    provenance = json.loads(marker.read_text())
     expected = PRESETS[spec].sha256
     gguf = models_dir() / "gguf" / provenance["gguf"]
     if expected and gguf.is_file():

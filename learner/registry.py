@@ -80,14 +80,13 @@ def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) ->
     registry already has versions (a person's own runs and choices are never overridden), or when
     the card's base model is not the one served (its sha256, from the model's provenance file).
     Returns the registered rows."""
-    from agents.models import PROVENANCE_FILE
+    from agents.models import model_provenance
 
     card_file = folder / CARD
     if not card_file.is_file() or db["adapters"].count:
         return []
     card = json.loads(card_file.read_text())
-    provenance = Path(model) / PROVENANCE_FILE
-    served = json.loads(provenance.read_text()).get("sha256") if provenance.is_file() else None
+    served = (model_provenance(model) or {}).get("sha256")
     if served != card["base_model"]["sha256"]:
         log.warning(
             "the shipped adapters were trained on %s (sha256 %s), not on the model served here "
@@ -116,19 +115,18 @@ def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from agents.models import PROVENANCE_FILE
+    from agents.models import PROVENANCE_FILE, model_provenance
 
     active = store.active_adapters(db)
     if not active:
         raise ValueError("no agent has an active adapter version: nothing to ship")
-    provenance = Path(model) / PROVENANCE_FILE
-    if not provenance.is_file():
+    base = model_provenance(model)
+    if base is None:
         raise ValueError(
             f"{model} has no {PROVENANCE_FILE}: the card needs the base model's sha256"
         )
     if out.exists() and any(out.iterdir()) and not (out / CARD).is_file():
         raise ValueError(f"{out} has files but no {CARD}: not a shipped team to replace")
-    base = json.loads(provenance.read_text())
     card = {
         "base_model": {"name": base.get("preset", Path(model).name), "sha256": base["sha256"]},
         "agents": sorted(active),

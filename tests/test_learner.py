@@ -12,7 +12,7 @@ import time
 import pytest
 
 import store
-from agents.models import PROVENANCE_FILE
+from agents.models import model_provenance
 from agents.policy import PolicyError, Request
 from agents.team import Sampling, run_episode
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
@@ -159,7 +159,7 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
     monkeypatch.setenv("COTEAM_HOME", str(home))  # a new installation
     assert done.returncode == 0, done.stderr[-2000:]
     card = json.loads((shipped / CARD).read_text())
-    sha256 = json.loads((model_path / PROVENANCE_FILE).read_text())["sha256"]
+    sha256 = model_provenance(model_path)["sha256"]
     assert card["base_model"]["sha256"] == sha256 and card["agents"] == [0, 1]
     weights = load_file(shipped / "agent1" / "adapter_model.safetensors")
     assert weights and {str(w.dtype) for w in weights.values()} == {"torch.bfloat16"}
