@@ -31,7 +31,8 @@ update: the groups whose samples differ in the property, and the preference term
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
 Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated]
-                               [--property commented|typed] [--ratings 4] [--held-out 4] [--samples 1] [--concurrency 4]
+                               [--property commented|typed] [--ratings 4] [--held-out 4]
+                               [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
        python bench/ratings.py --replot JSON [JSON ...] [--plot PNG]
@@ -312,11 +313,12 @@ def report(figures: dict) -> str:
     ):
         if {mine, theirs} <= arms.keys():
             lines.append(f"  {what}, after both retrains:")
+            ours, others = arms[mine]["after"], arms[theirs]["after"]
             for key in ("property", "pass"):
-                a, b = (rates(arms[arm]["after"])[key] for arm in (mine, theirs))
-                p = sign_test(*([m[key] for m in arms[arm]["after"]] for arm in (theirs, mine)))
+                p = sign_test([m[key] for m in others], [m[key] for m in ours])
                 lines.append(
-                    f"    {key:8s}  {100 * a:5.1f}% vs {100 * b:5.1f}%  (sign test p = {p:.3f})"
+                    f"    {key:8s}  {100 * rates(ours)[key]:5.1f}% vs "
+                    f"{100 * rates(others)[key]:5.1f}%  (sign test p = {p:.3f})"
                 )
     return "\n".join(lines)
 
