@@ -96,7 +96,7 @@ def measure(groups, fit_tasks, test_tasks, n: int, rater: str, prop: str, seed: 
         gap = float(h[labels].mean() - h[~labels].mean())
     auto = np.mean([np.std([e["reward"] for e in groups[t]]) for t in test_tasks])
     return {
-        "ratings": n, "decisive": decisive, "l2": model.l2, "auc": auc,
+        "ratings": n, "decisive": decisive, "l2": model.l2, "skill": model.skill, "auc": auc,
         "spread": float(np.mean([np.std(h) for h in liked])),
         "sigma_spread": float(np.mean([np.std(h) for h in sigma])),
         "auto_spread": float(auto), "gap": gap, "with_property": float(labels.mean()),
@@ -121,11 +121,13 @@ def main() -> None:
         f"{sum(map(len, groups.values()))} episodes of {len(groups)} tasks: votes on "
         f"{len(fit_tasks)}, measured on {len(test_tasks)}; rater {args.rater} ({args.property})"
     )
-    print("ratings  decisive     L2   AUC   spread  σ spread  auto spread   gap   (with property)")
+    print(
+        "ratings  decisive     L2  skill   AUC   spread  σ spread  auto spread   gap   (with property)"
+    )
     for n in (int(x) for x in args.ratings.split(",")):
         m = measure(groups, fit_tasks, test_tasks, n, args.rater, args.property, args.seed)
         print(
-            f"{m['ratings']:7d}  {m['decisive']:8d}  {m['l2']:5.0e}  {m['auc']:5.2f}  {m['spread']:6.3f}"
+            f"{m['ratings']:7d}  {m['decisive']:8d}  {m['l2']:5.0e}  {m['skill']:5.2f}  {m['auc']:5.2f}  {m['spread']:6.3f}"
             f"  {m['sigma_spread']:8.3f}"
             f"  {m['auto_spread']:11.3f}  {m['gap']:+.3f}   ({100 * m['with_property']:.0f}%)"
         )

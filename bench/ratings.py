@@ -168,8 +168,9 @@ def rate(db_path: Path, pairs, rater: str, has, seed: int) -> dict:
     return votes
 
 
-def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], int | None]:
-    """One retrain from the database's ratings; its candidates loaded into the server."""
+def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
+    """One retrain from the database's ratings; its candidates loaded into the server, and what
+    its preference model was: ratings learnt, cross-validated skill, its share of the reward."""
     train_args = TrainArgs(
         task="coding",
         steps=args.steps,
@@ -189,7 +190,9 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], int | N
         for agent, version in sorted(outcome["candidates"].items()):
             names.append(adapter_name(agent, version))
             load_version(client, names[-1], store.get_adapter(db, agent, version)["path"])
-    return names, outcome["history"][-1].get("ratings_learnt")
+    last = outcome["history"][-1]
+    keys = ("ratings_learnt", "preference_skill", "preference_weight")
+    return names, {key: last.get(key) for key in keys}
 
 
 def training_signal(db_path: Path, since: int, has) -> dict:
@@ -256,12 +259,12 @@ def experiment(client, model_path, home: Path, args) -> dict:
         votes = {} if rater == "unrated" else rate(db_path, pairs, rater, has, args.seed)
         with store.open_db(db_path) as db:
             since = store.count_episodes(db)
-        names, learnt = retrain(client, model_path, db_path, args)
+        names, preference = retrain(client, model_path, db_path, args)
         signal = training_signal(db_path, since, has)
         after = measure(client, names, held_out, db_path, args, has)
         for name in names:  # the next arm's candidates get the same names
             client.unload_adapter(name)
-        arms[rater] = {"votes": votes, "ratings_learnt": learnt, "signal": signal, "after": after}
+        arms[rater] = {"votes": votes, **preference, "signal": signal, "after": after}
         print(f"{rater}: votes {votes}, retrain {signal}, after {rates(after)}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     return {
@@ -273,6 +276,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         "group_size": args.group_size,
         "learning_rate": args.learning_rate,
         "human_weight": args.human_weight,
+        "human_full_skill": RewardWeights.human_full_skill,  # w_h grows with the model's skill
         "prompts": [task.source_id for task in held_out],
         "before": before,
         "arms": arms,
@@ -290,9 +294,13 @@ def report(figures: dict) -> str:
         f"{figures['seconds']} s"
     ]
     for rater, arm in arms.items():
-        lines.append(
-            f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
-        )
+        learnt = f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
+        if arm.get("preference_skill") is not None:  # runs before the skill-scaled weight: none
+            learnt += (
+                f", preference skill {arm['preference_skill']:.2f} -> share of the reward "
+                f"{arm['preference_weight']:.2f}"
+            )
+        lines.append(learnt)
         signal = arm.get("signal")  # not recorded by the first two-arm run
         if signal and not arm["votes"]:
             lines.append(f"    retrain: {signal['groups']} groups, no ratings: no preference term")
@@ -325,7 +333,8 @@ def report(figures: dict) -> str:
 
 def run_label(figures: dict) -> str:
     return (
-        f"N = {figures['ratings']}\nw_h {figures['human_weight']}, "
+        f"N = {figures['ratings']}\nw_h {figures['human_weight']}"
+        f"{' by skill' if 'human_full_skill' in figures else ''}, "
         f"{figures['steps']} steps of G = {figures['group_size']}"
     )
 

@@ -17,8 +17,12 @@ class RewardWeights:
     docstring) reaches the update only where human · (its preference gap) outweighs
     (1 − human) · (what it costs in automatic reward); at 0.5 fifty ratings changed nothing
     measurable, at 0.8 they moved the held-out rate by +24 points (docs/TRAINING.md). With few
-    ratings (20) it also outweighed the tests (pass@1 −24 points): the promotion gate's pass-rate
-    test is what keeps such a candidate from serving.
+    ratings (20) it also outweighed the tests (pass@1 −24 points), and coin-flip votes moved the
+    team as much as a taste; so the share grows with the evidence: the preference model's
+    cross-validated skill (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote
+    predicted) times human / `human_full_skill`, capped at `human` (`PreferenceModel.
+    blend_weight`). 0.25: a rater with a taste reached 0.27–0.41 at 50–100 votes, coin flips
+    at most 0.04 (bench/preference.py).
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
     `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test
@@ -31,6 +35,7 @@ class RewardWeights:
     speed: float = 0.1
     role_violation: float = 0.3
     human: float = 0.8
+    human_full_skill: float = 0.25
     helper_defined: float = 0.4
     entry_defined: float = 0.6
     parses: float = 0.5
@@ -40,6 +45,8 @@ class RewardWeights:
     def __post_init__(self):
         if min(asdict(self).values()) < 0 or self.human > 1 or self.cooperation_floor > 1:
             raise ValueError("weights must be >= 0; the human share and cooperation floor <= 1")
+        if not 0 < self.human_full_skill <= 1:
+            raise ValueError("human_full_skill must be in (0, 1]")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import get_args
 
@@ -185,6 +185,11 @@ def train(
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
     preference = _preference_model(args, db_path)
     ratings_learnt = len(preference.rating_ids) if preference else 0
+    preference_metrics = (
+        {"preference_skill": round(preference.skill, 3),
+         "preference_weight": round(preference.blend_weight(args.weights), 3)}
+        if preference else {}
+    )  # fmt: skip
     history: list[dict] = resumed["history"] if resumed else []
     checkpoint = checkpoint_folder(run_id, db_path) if run_id is not None else None
     try:
@@ -236,6 +241,7 @@ def train(
                 "step_s": round(time.perf_counter() - t0, 1),
                 "samples": len(rewards),
                 "ratings_learnt": ratings_learnt,
+                **preference_metrics,
                 "groups_without_signal": skipped,
                 "updated": updated,  # False: no group had signal, no optimizer step was taken
                 **losses,
@@ -298,8 +304,13 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
         if preference is not None
         else [None] * len(results)
     )
+    weights = (
+        replace(args.weights, human=preference.blend_weight(args.weights))
+        if preference is not None
+        else args.weights
+    )
     scores = [
-        score_episode(r, args.weights, args.budget, human_rating=p, db=db_path)
+        score_episode(r, weights, args.budget, human_rating=p, db=db_path)
         for r, p in zip(results, liked, strict=True)
     ]
     return results, torch.tensor([s.reward for s in scores])
@@ -346,7 +357,13 @@ def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:
     kind = "coding" if args.task == "coding" else "writing"
     with store.open_db(db_path) as db:
         model = load_preference_model(db, kind)
-    log.info("preference model: %d rating(s)", len(model.rating_ids) if model else 0)
+    if model is None:
+        log.info("preference model: no ratings")
+    else:
+        log.info(
+            "preference model: %d rating(s), skill %.2f, weight %.2f",
+            len(model.rating_ids), model.skill, model.blend_weight(args.weights),
+        )  # fmt: skip
     return model
 
 

@@ -215,6 +215,9 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         [run] = store.list_training_runs(db)
         assert run["state"] == "ok" and len(run["metrics"]["history"]) == 2
         assert run["metrics"]["history"][0]["ratings_learnt"] == 2  # both still counted
+        # but two ratings cannot tell a taste from chance: the preference takes no share yet
+        assert run["metrics"]["history"][0]["preference_skill"] == 0
+        assert run["metrics"]["history"][0]["preference_weight"] == 0
         liked = db.execute("SELECT value FROM rewards WHERE name = 'human_rating'").fetchall()
         rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
         rewarded = db.execute("SELECT count(DISTINCT episode_id) FROM rewards").fetchone()[0]

@@ -15,6 +15,7 @@ from learner.preference import (
     preference_examples,
     win_rates,
 )
+from learner.reward_config import RewardWeights
 
 
 @pytest.fixture
@@ -137,3 +138,33 @@ def test_cross_validation_fits_a_taste_confidently_and_coin_flips_flatly():
     assert confident.l2 < flat.l2
     spread = [np.std(win_rates(features[:4] @ m.weights)) for m in (confident, flat)]
     assert spread[0] > 3 * spread[1], spread
+    # and it says how far to trust each: the taste predicts held-out votes, coin flips do not,
+    # so the preference takes its full share of the reward for the one and about none for the other
+    assert confident.skill > 0.25 and flat.skill < 0.05, (confident.skill, flat.skill)
+    weights = RewardWeights()
+    assert confident.blend_weight(weights) == weights.human
+    assert flat.blend_weight(weights) < weights.human / 5
+
+
+def test_skill_is_the_share_of_held_out_votes_the_model_predicts():
+    """0 with too few votes to cross-validate, with only ties (nothing to predict) and for a
+    model that predicts worse than none; near 1 for votes a feature decides outright."""
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(80, 4))
+
+    def examples(label) -> PreferenceExamples:
+        found = PreferenceExamples()
+        found.texts = [str(i) for i in range(80)]
+        found.pairs = [(i, i + 1, label(i)) for i in range(0, 80, 2)]
+        return found
+
+    def decided(i: int) -> float:
+        return float(features[i, 0] > features[i + 1, 0])
+
+    assert fit_on_features(features, examples(decided)).skill > 0.7
+    assert fit_on_features(features, examples(lambda i: 0.5)).skill == 0  # all ties
+    few = examples(decided)
+    few.pairs = few.pairs[:9]
+    assert fit_on_features(features, few).skill == 0  # under 2 x 5 folds: too few to tell
+    with pytest.raises(ValueError, match="human_full_skill"):
+        RewardWeights(human_full_skill=0)
