@@ -184,12 +184,10 @@ def train(
     )
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
     preference = _preference_model(args, db_path)
-    ratings_learnt = len(preference.rating_ids) if preference else 0
-    preference_metrics = (
-        {"preference_skill": round(preference.skill, 3),
-         "preference_weight": round(preference.blend_weight(args.weights), 3)}
-        if preference else {}
-    )  # fmt: skip
+    ratings = {"ratings_learnt": len(preference.rating_ids) if preference else 0}
+    if preference is not None:  # how far the ratings are trusted: their share of the reward
+        ratings["preference_skill"] = round(preference.skill, 3)
+        ratings["preference_weight"] = round(preference.blend_weight(args.weights), 3)
     history: list[dict] = resumed["history"] if resumed else []
     checkpoint = checkpoint_folder(run_id, db_path) if run_id is not None else None
     try:
@@ -240,8 +238,7 @@ def train(
                 "update_s": round(update_s, 1),
                 "step_s": round(time.perf_counter() - t0, 1),
                 "samples": len(rewards),
-                "ratings_learnt": ratings_learnt,
-                **preference_metrics,
+                **ratings,
                 "groups_without_signal": skipped,
                 "updated": updated,  # False: no group had signal, no optimizer step was taken
                 **losses,
@@ -274,7 +271,7 @@ def train(
             last_pass = history[-pass_steps:]
             train_reward = sum(h["reward_mean"] for h in last_pass) / len(last_pass)
             outcome["candidates"] = _publish(
-                db_path, policies, scratch, run_id, active, history, train_reward, ratings_learnt
+                db_path, policies, scratch, run_id, active, history, train_reward, ratings
             )
         return outcome
     finally:
@@ -394,11 +391,12 @@ def _publish(
     active: dict,
     history,
     train_reward: float,
-    ratings_learnt: int = 0,
+    ratings: dict,
 ) -> dict[int, int]:
     """Register each agent's final adapter as its next candidate version; `train_reward` is the
     mean joint reward of the last pass over the tasks (one step's is mostly which tasks it drew),
-    `ratings_learnt` how many stored ratings the preference model learnt from."""
+    `ratings` how many stored ratings the preference model learnt from and, when it had any, its
+    skill and share of the reward."""
     final = history[-1]["step"]
     candidates = {}
     with store.open_db(db_path) as db:
@@ -414,7 +412,7 @@ def _publish(
                 metrics={
                     "train_reward": train_reward,
                     "steps": final,
-                    "ratings_learnt": ratings_learnt,
+                    **ratings,
                 },
                 training_run_id=run_id,
             )

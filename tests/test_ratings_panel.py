@@ -26,7 +26,8 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
     with store.open_db(ctx.db_path) as db:
         gate = {"candidate_score": 0.7, "active_score": 0.5}
         store.register_adapter(db, 0, "/a/v1", metrics={"ratings_learnt": 4, "gate": gate})
-        v2 = {"ratings_learnt": 9, "gate": {"candidate_score": 0.6, "active_score": 0.7}}
+        v2 = {"ratings_learnt": 9, "preference_skill": 0.1, "preference_weight": 0.32,
+              "gate": {"candidate_score": 0.6, "active_score": 0.7}}  # fmt: skip
         store.register_adapter(db, 0, "/a/v2", parent=1, metrics=v2)
         store.register_adapter(db, 1, "/b/v1")  # never gated, trained before ratings counted
         shared, only_new = (store.create_task(db, "coding", p) for p in ("def f():", "def g():"))
@@ -44,8 +45,8 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
 
     table = rating_changes(ctx)["data"]
     assert [row[0] for row in table] == ["agent1-v1", "agent0-v2", "agent0-v1"]
-    assert table[1][3:] == [9, 0.6, 0.7, -0.1] and table[2][3:] == [4, 0.7, 0.5, 0.2]
-    assert table[0][3:] == [None, None, None, None]
+    assert table[1][3:] == [9, 0.32, 0.6, 0.7, -0.1] and table[2][3:] == [4, None, 0.7, 0.5, 0.2]
+    assert table[0][3:] == [None, None, None, None, None]
 
     shown = pairs_markdown(ctx, "agent0-v2")
     assert "Before (v1)" in shown and "v1 answer" in shown and "served" in shown  # the latest
