@@ -391,7 +391,10 @@ def main() -> None:
         "--learning-rate", type=float, default=MAGRPOConfig.learning_rate, help="the LoRA's"
     )
     parser.add_argument(
-        "--human-weight", type=float, default=RewardWeights.human, help="w_h of the blend"
+        "--human-weight",
+        type=float,
+        default=RewardWeights.human,
+        help="w_h of the blend once the preference model's skill reaches human_full_skill",
     )
     parser.add_argument("--seed", type=int, default=0, help="the control rater's coin flips")
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
