@@ -307,8 +307,7 @@ class Role:
     stop: tuple[str, ...] = ()
     # the opening of this agent's reply, written by the environment; the model continues it
     # (a coding helper's: its problem posed for `aux`; the entry author's: its function's head,
-    # the helper's call and `return`; a long-form writer's: its first section's heading, and
-    # for a team writer of a later section the heading's words again, to begin its first sentence)
+    # the helper's call and `return`; a long-form writer's: its first section's heading)
     reply_start: str = ""
 
 
@@ -426,12 +425,8 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         low, high = round(0.6 * per_section * len(mine)), round(1.5 * per_section * len(mine))
         title = "; ".join(outline[k]["heading"] for k in mine)
         stop = stop_strings([outline[k]["heading"] for k in range(len(outline)) if k not in mine])
-        # the reply begins with the writer's first heading: it starts on its own section; a
-        # team writer of a later section also begins the section's first sentence with the
-        # heading's words, so it opens on its own topic: left alone the untrained writers open
-        # every section by introducing the subject, alike (docs/EVALUATION.md, redundancy)
-        first = outline[mine[0]]["heading"]
-        begun = f"## {first}\n\n" + (first if len(names) > 1 and mine[0] > 0 else "")
+        # the reply begins with the writer's first heading: it starts on its own section
+        begun = f"## {outline[mine[0]]['heading']}\n\n"
         roles.append(
             Role(
                 name,

@@ -124,23 +124,8 @@ def section_reply(request) -> str:
     if agent_of(request) == 1:
         text += "\n\n## Etymology\nAgent 1 trespassing."
     begun = request.messages[-1]  # the environment began the reply with the first heading
-    assert begun["role"] == "assistant" and begun["content"].startswith(f"## {own[0]}\n\n")
+    assert begun["role"] == "assistant" and begun["content"] == f"## {own[0]}\n\n"
     return text.removeprefix(f"## {own[0]}\n")
-
-
-@pytest.mark.parametrize("size", [1, 2, 4])
-def test_a_team_writer_of_a_later_section_begins_its_first_sentence_with_the_heading(size):
-    """The first section's writer (and a single writer) starts after its heading line; a team
-    writer of a later section starts its first sentence with the heading's words, on its own
-    topic instead of introducing the subject again."""
-    task = longform_tasks("held_out")[0]
-    headings = [s["heading"] for s in task.extra["outline"]]
-    roles = team_roles(task, "single" if size == 1 else "parallel", size)
-    firsts = [role.sections[0] for role in roles]
-    assert roles[0].reply_start == f"## {headings[0]}\n\n"
-    assert [role.reply_start for role in roles[1:]] == [
-        f"## {headings[k]}\n\n{headings[k]}" for k in firsts[1:]
-    ]
 
 
 def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
@@ -206,11 +191,10 @@ def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_p
 
 
 def one_section_then_stop(request) -> str:
-    """A writer that writes the section its reply was begun with, then ends its reply (a
-    first sentence begun with the heading's words goes on after them)."""
+    """A writer that writes the section its reply was begun with, then ends its reply."""
     begun = request.messages[-1]["content"]
     heading = re.findall(r"^## (.+)$", begun, re.M)[-1]
-    return f"Text of {heading}." if begun.endswith("\n") else f": text of {heading}."
+    return f"Text of {heading}."
 
 
 @pytest.mark.parametrize("shape, size", [("single", 1), ("parallel", 2)])
@@ -229,20 +213,13 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
         task, policy, shape=shape, agents=size, adapters=adapters(size),
         sampling=Sampling(max_tokens=4096), db=tmp_path / "c.db",
     )  # fmt: skip
-    led = {role.sections[0] for role in result.roles[1:]}  # begun with the heading's words
     assert result.output == "\n\n".join(
-        [
-            f"# {task.extra['title']}",
-            *(
-                f"## {h}\n\n{h}: text of {h}." if k in led else f"## {h}\n\nText of {h}."
-                for k, h in enumerate(headings)
-            ),
-        ]
+        [f"# {task.extra['title']}", *(f"## {h}\n\nText of {h}." for h in headings)]
     )
     assert len(policy.requests) == 4  # one call per section
     for agent, role in enumerate(result.roles):
         calls = [r for r in policy.requests if agent_of(r) == agent]
-        assert [re.findall(r"^## (.+)$", r.messages[-1]["content"], re.M)[-1] for r in calls] == [
+        assert [r.messages[-1]["content"].rstrip().rsplit("## ", 1)[1] for r in calls] == [
             headings[k] for k in role.sections
         ]
         step = result.final_steps()[agent]
