@@ -186,7 +186,8 @@ def fit_on_features(
     features: np.ndarray, examples: PreferenceExamples, l2: float | None = None
 ) -> PreferenceModel:
     """Fit w, b on given feature rows (one per text of `examples`); the loss is the docstring's,
-    with the penalty `l2` or, when None, the one of L2_GRID with the lowest cross-validated loss."""
+    with the penalty `l2` or, when None, the one of L2_GRID with the lowest cross-validated loss;
+    the skill is that penalty's (`cross_validate`)."""
     pairs = np.asarray(examples.pairs, dtype=np.float64).reshape(-1, 3)
     singles = np.asarray(examples.singles, dtype=np.float64).reshape(-1, 2)
     data = _Data(
@@ -195,8 +196,7 @@ def fit_on_features(
         features[singles[:, 0].astype(int)],
         singles[:, 1],
     )
-    chosen, skill = cross_validate(data)
-    l2 = chosen if l2 is None else l2
+    l2, skill = cross_validate(data, L2_GRID if l2 is None else (l2,))
     theta = _fit(data, l2)
     return PreferenceModel(theta[:-1], float(theta[-1]), frozenset(examples.rating_ids), l2, skill)
 
@@ -240,8 +240,8 @@ def _fit(data: _Data, l2: float) -> np.ndarray:
     return minimize(_loss, start, args=(data, l2), jac=True, method="L-BFGS-B").x
 
 
-def cross_validate(data: _Data) -> tuple[float, float]:
-    """(penalty, skill): the penalty of L2_GRID whose fits predict held-out ratings best
+def cross_validate(data: _Data, grid: Sequence[float] = L2_GRID) -> tuple[float, float]:
+    """(penalty, skill): the penalty of `grid` whose fits predict held-out ratings best
     (FOLDS-fold, log-loss), and how well they do, as the share of what can be predicted:
 
         skill = (loss of no model − loss of the fits) / (loss of no model − labels' entropy)
@@ -249,16 +249,16 @@ def cross_validate(data: _Data) -> tuple[float, float]:
     "No model" says ½ for every pair and, for single ratings, their mean in the training folds;
     the labels' entropy is what even a perfect model loses (a tie costs log 2 whatever it says).
     Clipped to [0, 1]: 0 for coin flips, a model that does worse than none, or only ties; 1 for
-    a model that predicts every held-out vote. Fewer than 2·FOLDS examples: (L2, 0), too few to
-    tell a taste from chance."""
+    a model that predicts every held-out vote. Fewer than 2·FOLDS examples: (L2, or the one
+    penalty given, and 0), too few to tell a taste from chance."""
     if len(data) < 2 * FOLDS:
-        return L2, 0.0
+        return (grid[0] if len(grid) == 1 else L2), 0.0
     fold = np.random.default_rng(0).permutation(len(data)) % FOLDS
-    held_out = {l2: 0.0 for l2 in L2_GRID}
+    held_out = {l2: 0.0 for l2 in grid}
     no_model = floor = 0.0
     for k in range(FOLDS):
         train, test = data.subset(fold != k), data.subset(fold == k)
-        for l2 in L2_GRID:
+        for l2 in grid:
             held_out[l2] += _loss(_fit(train, l2), test, 0.0)[0]
         base_rate = np.clip(train.single_y.mean(), 1e-3, 1 - 1e-3) if len(train.single_y) else 0.5
         constant = np.zeros(data.diff.shape[1] + 1)

@@ -184,10 +184,14 @@ def train(
     )
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
     preference = _preference_model(args, db_path)
-    ratings = {"ratings_learnt": len(preference.rating_ids) if preference else 0}
+    weights, ratings = args.weights, {"ratings_learnt": 0}
     if preference is not None:  # how far the ratings are trusted: their share of the reward
-        ratings["preference_skill"] = round(preference.skill, 3)
-        ratings["preference_weight"] = round(preference.blend_weight(args.weights), 3)
+        weights = replace(weights, human=preference.blend_weight(weights))
+        ratings = {
+            "ratings_learnt": len(preference.rating_ids),
+            "preference_skill": round(preference.skill, 3),
+            "preference_weight": round(weights.human, 3),
+        }
     history: list[dict] = resumed["history"] if resumed else []
     checkpoint = checkpoint_folder(run_id, db_path) if run_id is not None else None
     try:
@@ -203,6 +207,7 @@ def train(
                     _rollout,
                     client=client,
                     preference=preference,
+                    weights=weights,
                     args=args,
                     names=names,
                     sampling=sampling,
@@ -281,9 +286,10 @@ def train(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference=None):
-    """One task's group: G joint samples, each scored (the people's preference model's verdict
-    blended in by score_episode) and its reward recorded; returns the results and rewards."""
+def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference, weights):
+    """One task's group: G joint samples, each scored with `weights` (the run's, the human share
+    scaled by the preference model's skill; the people's model's verdict blended in by
+    score_episode) and its reward recorded; returns the results and rewards."""
     results = run_group(
         task,
         client,
@@ -300,11 +306,6 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
         preference.group_preference([r.output or "" for r in results]).tolist()
         if preference is not None
         else [None] * len(results)
-    )
-    weights = (
-        replace(args.weights, human=preference.blend_weight(args.weights))
-        if preference is not None
-        else args.weights
     )
     scores = [
         score_episode(r, weights, args.budget, human_rating=p, db=db_path)
