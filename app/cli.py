@@ -246,7 +246,12 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
         p.add_argument("--group-size", type=int, help="G joint samples per task")
         p.add_argument("--tasks-per-step", type=int, help="tasks per step")
         p.add_argument("--agents", type=int, choices=range(2, 5), help="team size")
-        p.add_argument("--turns", type=int, help="turns per episode (training: 1)")
+        p.add_argument(
+            "--turns",
+            type=int,
+            help="turns per episode, with the tests' feedback between them (1-4); every turn's "
+            "calls are trained with their discounted return",
+        )
         p.add_argument("--task-limit", type=int, help="cycle over the first N training tasks")
         p.add_argument("--lr", type=float, help="LoRA learning rate")
         p.add_argument("--max-tokens", type=int, help="new tokens per agent")
@@ -255,6 +260,9 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
         )
         p.add_argument("--clip-eps", type=float, help="PPO-style ratio clip, e.g. 0.2")
         p.add_argument("--kl-coef", type=float, help="KL penalty to the base")
+        p.add_argument(
+            "--gamma", type=float, help="several turns: a call's return is gamma^(turns after) x R"
+        )
         p.add_argument("--seed", type=int)
         p.add_argument("--gate-tasks", type=int, help="validation tasks the gate scores on")
         p.add_argument(

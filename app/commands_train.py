@@ -40,6 +40,7 @@ def _train_args(args: argparse.Namespace):
         scale_advantages_by_std=args.std_scale,
         clip_eps=args.clip_eps,
         kl_coef=args.kl_coef,
+        gamma=args.gamma,
         seed=args.seed,
     )
 

@@ -20,7 +20,15 @@ Less work per step, exactly the same loss: the samples of one group share their 
 prompt is run once (its key/value cache, with gradient, repeated to the G branches) and the G
 completions follow in one batch (`group_logprobs`). A step whose advantages are all zero carries
 no signal: `update` then leaves the optimizer alone (Adam's momentum would still move the LoRA).
-Training is single-turn: `learner/train.py` refuses `turns > 1`.
+
+Several turns (test feedback between them): every agent's call of every turn is trained with its
+discounted return. An episode earns its joint reward R when it ends, after T turns (at the first
+success or the turn limit), so the call of turn t returns γ^(T−1−t)·R: a team that succeeds at
+once keeps all of R, one that needs the feedback turn earns γ·R for its first try. Groups are per
+turn: the turn-t calls of the G episodes that reached turn t (`turn_groups`), advantages within
+each. (The authors' library grows a tree of G children per node and sums per-turn rewards; with
+episodes that end at success, a sum pays a team for failing its first turn, so only the reward
+at the end counts here, and each episode has one branch.)
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ class MAGRPOConfig:
     kl_coef: float = 0.0  # > 0: KL penalty to the base model
     max_grad_norm: float = 1.0
     micro_batch: int = 2  # samples of different prompts per forward/backward; bounds memory
+    gamma: float = 0.9  # several turns: a call's return is gamma^(turns after it) x R
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -68,6 +77,20 @@ def group_advantages(
     if scale_by_std:
         advantages = advantages / (rewards.std(unbiased=False) + eps)
     return advantages
+
+
+def turn_groups(
+    turns_taken: list[int], rewards: torch.Tensor, gamma: float
+) -> list[tuple[int, list[int], torch.Tensor]]:
+    """The groups of a task's G episodes, one per turn: (turn t, the episodes that reached it,
+    their calls' returns γ^(T_g−1−t)·R_g), where episode g took T_g turns and earned R_g.
+    One turn: the single group (0, every episode, R)."""
+    groups = []
+    for turn in range(max(turns_taken)):
+        members = [g for g, taken in enumerate(turns_taken) if taken > turn]
+        returns = torch.stack([gamma ** (turns_taken[g] - 1 - turn) * rewards[g] for g in members])
+        groups.append((turn, members, returns))
+    return groups
 
 
 def has_signal(advantages: torch.Tensor) -> bool:

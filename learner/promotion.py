@@ -148,9 +148,11 @@ def paired_scores(
     weights: RewardWeights,
     budget: SpeedBudget,
     on_progress: Callable[[int, int], None] | None = None,
+    turns: int = 1,
 ) -> GateResult:
-    """Run both teams greedily on every task, `settings.concurrency` episodes at a time, and
-    score each episode with the run's own weights; `on_progress(done, total)` after each."""
+    """Run both teams greedily on every task (episodes of up to `turns` turns, as the run
+    trained), `settings.concurrency` episodes at a time, and score each episode with the run's
+    own weights; `on_progress(done, total)` after each."""
     total, done, lock = 2 * len(tasks), 0, threading.Lock()
 
     def one(job: tuple[int, int]) -> tuple[float, bool | None]:
@@ -164,6 +166,7 @@ def paired_scores(
             agents=len(teams[team]),
             adapters=teams[team],
             sampling=replace(GREEDY, max_tokens=settings.max_tokens),
+            turns=turns,
             db=db_path,
             **({"checker": sandbox_check} if task.kind == "coding" else {}),
         )
@@ -197,8 +200,10 @@ def gate(
     weights: RewardWeights | None = None,
     budget: SpeedBudget | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    turns: int = 1,
 ) -> GateResult:
-    """Score the candidate versions against the serving team on the validation split."""
+    """Score the candidate versions against the serving team on the validation split, in
+    episodes of up to `turns` turns."""
     settings = settings or GateSettings()
     settings.check()
     with store.open_db(db_path) as db:
@@ -218,6 +223,7 @@ def gate(
         weights or RewardWeights(),
         budget or SpeedBudget(),
         on_progress,
+        turns,
     )
 
 

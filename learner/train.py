@@ -4,7 +4,9 @@
         the tasks of the step, concurrently: the team acts G times through vLLM with the current
             adapters (every agent samples on its own observation), the sandbox and the reward
             functions score each joint output, A^g = R^g − mean(R); a group whose rewards are
-            all equal carries no signal and is left out
+            all equal carries no signal and is left out. With several turns (feedback from the
+            tests between them) each turn's calls form a group of their own, with returns
+            γ^(turns after it)·R (learner/magrpo.py `turn_groups`)
         for each agent: one policy-gradient step on its own LoRA with its own tokens and the
             joint advantages (learner/magrpo.py); no step at all when no group is left
         the new adapters go to the server under new names, so the next step samples on-policy
@@ -38,7 +40,14 @@ from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import Sampling, run_group
-from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, group_advantages, has_signal
+from learner.magrpo import (
+    AgentPolicies,
+    MAGRPOConfig,
+    Sample,
+    group_advantages,
+    has_signal,
+    turn_groups,
+)
 from learner.preference import PreferenceModel, load_preference_model
 from learner.promotion import GateSettings
 from learner.registry import adapter_name, publish_candidate, serving_adapters
@@ -53,6 +62,9 @@ class Cancelled(Exception):
     """The run was cancelled (from the admin tab or `coteam learner`); nothing was published."""
 
 
+MAX_TURNS = 4  # the Co-code page's limit too
+
+
 @dataclass
 class TrainArgs:
     """The one config of a training run (CleanRL's `Args` up front): what to train on, the
@@ -62,7 +74,7 @@ class TrainArgs:
     task: TaskSet = "coding"  # coding | summary | expansion (agents/tasks.py)
     steps: int = 10
     agents: int = 2
-    turns: int = 1  # training is single-turn: the update trains each agent's one call
+    turns: int = 1  # turns per episode; every turn's calls are trained (magrpo.gamma)
     task_limit: int | None = None  # cycle over the first N training tasks (None: all of them)
     magrpo: MAGRPOConfig = field(default_factory=MAGRPOConfig)
     weights: RewardWeights = field(default_factory=RewardWeights)
@@ -103,11 +115,10 @@ class TrainArgs:
             raise ValueError(f"a team has 2 to 4 agents, not {self.agents}")
         if c.group_size < 2:
             raise ValueError("MAGRPO needs a group of at least 2 samples per task")
-        if self.turns != 1:
-            raise ValueError(
-                f"training runs single-turn episodes only (got turns={self.turns}): the update "
-                "trains each agent's one call with the joint reward; use --turns 1"
-            )
+        if not 1 <= self.turns <= MAX_TURNS:
+            raise ValueError(f"an episode has 1 to {MAX_TURNS} turns, not {self.turns}")
+        if not 0 < c.gamma <= 1:
+            raise ValueError(f"the discount gamma must be in (0, 1], not {c.gamma}")
         if c.tasks_per_step < 1 or c.micro_batch < 1 or c.max_new_tokens < 1:
             raise ValueError("tasks_per_step, micro_batch and max_new_tokens must be at least 1")
         if not c.learning_rate > 0:
@@ -123,11 +134,13 @@ def training_tasks(args: TrainArgs) -> list[Task]:
     return tasks[: args.task_limit] if args.task_limit else tasks
 
 
-def agent_samples(results, agent: int) -> list[Sample]:
-    """Agent `agent`'s last call in each joint sample, as the exact tokens vLLM saw and sampled."""
+def agent_samples(results, agent: int, turn: int) -> list[Sample]:
+    """Agent `agent`'s call of turn `turn` in each joint sample, as the exact tokens vLLM saw
+    and sampled."""
     samples = []
     for result in results:
-        completion = result.final_steps()[agent]["completion"]
+        [step] = [s for s in result.steps if s["agent"] == agent and s["turn"] == turn]
+        completion = step["completion"]
         if completion.prompt_token_ids is None or not completion.token_ids:
             raise RuntimeError("the server returned no token ids: is it vLLM >= 0.10?")
         samples.append(
@@ -200,7 +213,8 @@ def train(
             names = _serve_step(client, policies, scratch, first_step - 1, names, start_names)
         for step in range(first_step, args.steps + 1):
             t0 = time.perf_counter()
-            rewards, per_agent = [], {agent: ([], []) for agent in range(args.agents)}
+            rewards, turns_taken = [], []
+            per_agent = {agent: ([], []) for agent in range(args.agents)}
             step_tasks = [next(task_stream) for _ in range(cfg.tasks_per_step)]
             with ThreadPoolExecutor(max_workers=len(step_tasks)) as pool:
                 rollout = functools.partial(
@@ -217,13 +231,18 @@ def train(
             skipped = 0
             for results, group in groups:
                 rewards.extend(group.tolist())
-                advantages = group_advantages(group, cfg.scale_advantages_by_std)
-                if not has_signal(advantages):  # all equal: nothing to learn from this task
-                    skipped += 1
-                    continue
-                for agent in range(args.agents):
-                    per_agent[agent][0].extend(agent_samples(results, agent))
-                    per_agent[agent][1].append(advantages)
+                turns_taken.extend(r.turns for r in results)
+                for turn, members, returns in turn_groups(
+                    [r.turns for r in results], group, cfg.gamma
+                ):
+                    advantages = group_advantages(returns, cfg.scale_advantages_by_std)
+                    if not has_signal(advantages):  # all equal: nothing to learn from it
+                        skipped += 1
+                        continue
+                    for agent in range(args.agents):
+                        calls = agent_samples([results[g] for g in members], agent, turn)
+                        per_agent[agent][0].extend(calls)
+                        per_agent[agent][1].append(advantages)
             rollout_s = time.perf_counter() - t0
             losses, updated = {}, False
             for agent, (samples, advantages) in per_agent.items():
@@ -244,7 +263,9 @@ def train(
                 "step_s": round(time.perf_counter() - t0, 1),
                 "samples": len(rewards),
                 **ratings,
-                "groups_without_signal": skipped,
+                "groups_without_signal": skipped,  # per task, and per turn with several
+                "calls_trained": len(per_agent[0][0]),  # each agent's calls in the update
+                **({"turns_mean": sum(turns_taken) / len(turns_taken)} if args.turns > 1 else {}),
                 "updated": updated,  # False: no group had signal, no optimizer step was taken
                 **losses,
             }

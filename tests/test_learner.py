@@ -197,8 +197,9 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
 def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     vllm_server, policy, model_path, home
 ):
-    """A tiny real run: rated episodes and sampled groups, steps with rewards, a curve,
-    candidates, and the gate's decision."""
+    """A tiny real run of two-turn episodes (the tests' feedback between them): rated episodes
+    and sampled groups, steps with rewards, every turn's calls trained, a curve, candidates, and
+    the gate's decision."""
     db_path = home / "coteam.db"
     task = training_tasks(TrainArgs(task_limit=2))[0]  # people rated two answers to one task
     for score in (5, 1):
@@ -206,8 +207,9 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         with store.open_db(db_path) as db:
             store.add_rating(db, result.episode_id, "score", value=score)
     learner = run_train(
-        vllm_server.url, model_path, db_path, home, "--steps", "2", "--gate-tasks", "1"
-    )
+        vllm_server.url, model_path, db_path, home, "--steps", "2", "--gate-tasks", "1",
+        "--turns", "2",
+    )  # fmt: skip
     out, _ = learner.communicate(timeout=1800)
     assert learner.returncode == 0, out
     assert "step 1: mean joint reward" in out and "step 2: mean joint reward" in out
@@ -235,6 +237,17 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         assert scratch == [], [e["params"]["adapters"] for e in scratch]
     for episode in scratch:
         assert episode["adapter_versions"] == [None, None], episode["params"]["adapters"]
+    # a sample that failed its first turn went on with the feedback; every call of every turn
+    # (at most one per episode and turn) is trained when its turn's group has signal
+    sampled = [e for e in episodes if e["group_id"]]
+    turns_taken = [1 + max(t["turn"] for t in e["turns"]) for e in sampled]
+    history = run["metrics"]["history"]
+    assert len(sampled) == 2 * 2 and set(turns_taken) <= {1, 2}
+    assert sum(turns_taken) / 4 == pytest.approx(sum(h["turns_mean"] for h in history) / 2)
+    for h in history:
+        assert (
+            h["calls_trained"] <= 2 * h["turns_mean"] and (h["calls_trained"] > 0) == h["updated"]
+        )
     assert rewarded >= 2 * 2  # every sampled episode was scored (plus the gate's)
     assert len(liked) >= 2 * 2 and all(0 < v < 1 for (v,) in liked)  # by the people's model too
     assert (home / "runs" / "curves" / f"run-{run['id']}.png").stat().st_size > 1000

@@ -12,6 +12,7 @@ from learner.magrpo import (
     group_advantages,
     has_signal,
     policy_loss,
+    turn_groups,
 )
 from learner.report import plot_training_curve
 from learner.train import steps_per_pass
@@ -27,6 +28,27 @@ def test_advantage_scaled_by_std():
     std = math.sqrt((4 + 1 + 0 + 9) / 4)  # population std around the mean 3
     scaled = group_advantages(rewards, scale_by_std=True)
     assert scaled.tolist() == pytest.approx([-2 / std, -1 / std, 0.0, 3 / std], rel=1e-5)
+
+
+def test_one_turn_is_one_group_of_the_rewards():
+    [(turn, members, returns)] = turn_groups([1, 1, 1], torch.tensor([0.2, 0.5, 0.8]), 0.9)
+    assert turn == 0 and members == [0, 1, 2]
+    assert returns.tolist() == pytest.approx([0.2, 0.5, 0.8])
+
+
+def test_each_turn_is_a_group_and_a_first_try_that_needed_the_feedback_earns_less():
+    # episode 0 passed at once (R 1.0); 1 passed after the feedback turn (R 1.0); 2 failed twice
+    rewards = torch.tensor([1.0, 1.0, 0.3])
+    first, second = turn_groups([1, 2, 2], rewards, 0.5)
+    assert first[0] == 0 and first[1] == [0, 1, 2]
+    assert first[2].tolist() == pytest.approx([1.0, 0.5, 0.15])  # γ^(turns after)·R
+    assert second[0] == 1 and second[1] == [1, 2]  # only the episodes that reached turn 1
+    assert second[2].tolist() == pytest.approx([1.0, 0.3])
+    # the team that succeeded at once is the best first try, the failing one the worst
+    assert group_advantages(first[2]).argsort().tolist() == [2, 1, 0]
+    assert not has_signal(
+        group_advantages(turn_groups([2, 2], torch.tensor([0.4, 0.4]), 0.9)[1][2])
+    )
 
 
 def test_equal_rewards_give_no_signal():

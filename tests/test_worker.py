@@ -121,8 +121,11 @@ def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
 
     from learner.train import TrainArgs
 
-    with pytest.raises(ValueError, match="single-turn"):
-        TrainArgs(turns=2).check()
+    with pytest.raises(ValueError, match="1 to 4 turns"):
+        TrainArgs(turns=0).check()
+    TrainArgs(turns=2).check()  # every turn's calls are trained
+    with pytest.raises(ValueError, match="gamma"):
+        replace(TrainArgs(turns=2), magrpo=replace(TrainArgs().magrpo, gamma=0)).check()
     with pytest.raises(ValueError, match="group of at least 2"):
         replace(TrainArgs(), magrpo=replace(TrainArgs().magrpo, group_size=1)).check()
     with pytest.raises(ValueError, match="unknown task"):
@@ -139,5 +142,7 @@ def test_coteam_train_flags_start_from_the_one_config():
     assert _train_args(parser.parse_args(["train"])) == TrainArgs()  # no default of its own
     args = _train_args(parser.parse_args(["train", "--steps", "3", "--gate-tasks", "40"]))
     assert args.steps == 3 and args.gate.tasks == 40 and args.magrpo == TrainArgs().magrpo
-    with pytest.raises(ValueError, match="single-turn"):
-        _train_args(parser.parse_args(["train", "--turns", "2"]))
+    args = _train_args(parser.parse_args(["train", "--turns", "2", "--gamma", "0.8"]))
+    assert args.turns == 2 and args.magrpo.gamma == 0.8
+    with pytest.raises(ValueError, match="1 to 4 turns"):
+        _train_args(parser.parse_args(["train", "--turns", "5"]))
