@@ -19,7 +19,7 @@ from dataclasses import replace
 import gradio as gr
 
 from agents.roles import PROMPTS, SHAPES
-from agents.team import Sampling
+from agents.team import MAX_TURNS, Sampling
 from app.context import AppContext
 from app.cowork_choices import (
     AB,
@@ -136,7 +136,12 @@ class CoworkTab:
                 self.size = gr.Radio([2, 3, 4], value=2, label="Team size", elem_id=self.id("size"))
                 with gr.Row():
                     self.turns = gr.Slider(
-                        1, 4, value=1, step=1, label="Turns at most", elem_id=self.id("turns")
+                        1,
+                        MAX_TURNS,
+                        value=1,
+                        step=1,
+                        label="Turns at most",
+                        elem_id=self.id("turns"),
                     )
                     self.max_tokens = gr.Slider(
                         32,

@@ -39,7 +39,7 @@ import store
 from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import Sampling, run_group
+from agents.team import MAX_TURNS, Sampling, run_group
 from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
@@ -60,9 +60,6 @@ log = logging.getLogger(__name__)
 
 class Cancelled(Exception):
     """The run was cancelled (from the admin tab or `coteam learner`); nothing was published."""
-
-
-MAX_TURNS = 4  # the Co-code page's limit too
 
 
 @dataclass
@@ -231,10 +228,9 @@ def train(
             skipped = 0
             for results, group in groups:
                 rewards.extend(group.tolist())
-                turns_taken.extend(r.turns for r in results)
-                for turn, members, returns in turn_groups(
-                    [r.turns for r in results], group, cfg.gamma
-                ):
+                taken = [r.turns for r in results]
+                turns_taken.extend(taken)
+                for turn, members, returns in turn_groups(taken, group, cfg.gamma):
                     advantages = group_advantages(returns, cfg.scale_advantages_by_std)
                     if not has_signal(advantages):  # all equal: nothing to learn from it
                         skipped += 1
