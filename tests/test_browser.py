@@ -3,6 +3,7 @@ server: a co-code episode end to end and its ratings in the database, a co-write
 vote, the history, the admin tab refused and allowed, and a real "Retrain now" whose new adapter
 then serves. Screenshots of each tab go to test-output/screenshots/ at the repository root."""
 
+import json
 import os
 import re
 import signal
@@ -16,7 +17,9 @@ import psutil
 import pytest
 
 import store
+from agents.models import model_provenance
 from agents.server import free_port
+from learner.registry import CARD, SHIPPED
 
 pytestmark = pytest.mark.integration
 
@@ -281,11 +284,21 @@ def test_admin_tab_stays_locked_when_no_password_is_configured(vllm_server, mode
         locked.stop()
 
 
-def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page):
+def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, model_path):
     """A real training run with tiny settings: it loads the model in the app (about 3-6 GB) and
     takes minutes on a 2-core CPU."""
     if psutil.virtual_memory().available < 6 * 2**30:
         pytest.skip("less than 6 GiB of memory free for training the model in the app")
+    # a new installation serves the shipped team when it serves the model the team was trained on
+    card = json.loads((SHIPPED / CARD).read_text()) if (SHIPPED / CARD).is_file() else None
+    trained_on_this = card and card["base_model"]["sha256"] == (
+        model_provenance(model_path) or {}
+    ).get("sha256")
+    shipped = {agent: 1 for agent in card["agents"]} if trained_on_this else {}
+    with store.open_db(app.db) as db:
+        before = {agent: row["version"] for agent, row in store.active_adapters(db).items()}
+    assert before == shipped
+    new = [before.get(agent, 0) + 1 for agent in (0, 1)]  # the retrain's versions
     open_tab(page, "Admin")
     page.locator("#admin-password input").fill(PASSWORD)
     page.locator("#admin-unlock").click()
@@ -307,14 +320,15 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page):
         active = store.active_adapters(db)
     assert run["state"] == "ok", run["error"]
     assert run["metrics"]["promoted"] is True and set(active) == {0, 1}
-    expect(page.locator("#admin-adapters")).to_contain_text("agent0-v1")
-    expect(page.locator("#admin-learner-status")).to_contain_text("agent0-v1")
+    assert {agent: row["version"] for agent, row in active.items()} == dict(enumerate(new))
+    expect(page.locator("#admin-adapters")).to_contain_text(f"agent0-v{new[0]}")
+    expect(page.locator("#admin-learner-status")).to_contain_text(f"agent0-v{new[0]}")
     screenshot(page, "admin-trained")
 
     open_tab(page, "Co-code")  # the next episode runs on the new versions
     set_number(page, "cocode-max-tokens", 64)
     page.locator("#cocode-run").click()
     status = wait_for_episode(page, "cocode")
-    expect(page.locator("#cocode-pane-0")).to_contain_text("agent0-v1")
+    expect(page.locator("#cocode-pane-0")).to_contain_text(f"agent0-v{new[0]}")
     with store.open_db(app.db) as db:
-        assert store.get_episode(db, episode_id_in(status))["adapter_versions"] == [1, 1]
+        assert store.get_episode(db, episode_id_in(status))["adapter_versions"] == new
