@@ -285,7 +285,8 @@ def test_admin_tab_stays_locked_when_no_password_is_configured(vllm_server, mode
 
 
 def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, model_path):
-    """A real training run with tiny settings: it loads the model in the app (about 3-6 GB) and
+    """A new installation serves the shipped team; a real training run with tiny settings makes
+    the next version, which then serves. The run loads the model in the app (about 3-6 GB) and
     takes minutes on a 2-core CPU."""
     if psutil.virtual_memory().available < 6 * 2**30:
         pytest.skip("less than 6 GiB of memory free for training the model in the app")
