@@ -1,18 +1,27 @@
-"""The MAGRPO update's time, before and after computing each group's prompt once, in one run.
+"""The MAGRPO update's time in three forms, in one run: per sample, grouped and padded, packed.
 
 Builds the samples of one step as training sees them — T HumanEval training tasks, each agent's
-chat-templated prompt, G completions per task of `--max-tokens` tokens (random token ids: the
-update's cost depends on lengths, not content) — and times one `AgentPolicies.update` per agent:
+chat-templated prompt, G completions per task (random token ids: the update's cost depends on
+lengths, not content) — and times one update of one agent's LoRA in each form:
 
-    per-sample  the update before: every sample's prompt + completion in the forward/backward,
-                micro-batches of `micro_batch` (left-padded), as `completion_logprobs` does
-    grouped     today's update: each group's prompt once (KV cache repeated to the G branches)
+    per-sample  every sample's prompt + completion in the forward/backward, micro-batches of
+                `micro_batch` (left-padded), as `completion_logprobs` does
+    padded      each group's prompt once, its KV cache repeated to G rows, the completions
+                right-padded to the longest (the learner's update until 2026-11-26)
+    packed      today's update (`AgentPolicies.update`): each group's prompt once, its G
+                completions end to end in one row under a per-completion attention mask, the
+                vocabulary projection only where a logit predicts a token: no padding
 
-Both give the same loss (tests/test_magrpo.py checks the log-probs to 1e-5); the ratio is the
-speed-up of the update. Rollouts (vLLM) are not part of it: see `coteam train`'s step_s.
+All three give the same loss (tests/test_magrpo.py checks the packed log-probs against
+per-sample ones to 1e-5); the ratios are the speed-ups. Sampled completions differ in length:
+`--lengths` gives a group's lengths as fractions of `--max-tokens`, cycled over the G samples.
+The default, 1.0,0.45,0.3,0.2, pads about as much as the untrained team's sampled HumanEval
+answers do (4 a problem, T = 0.8: 41-47% of a padded group's completion positions were padding).
+Rollouts (vLLM) are not part of it: see `coteam train`'s step_s.
 
 Usage: python bench/learner_update.py [--model PRESET|FOLDER] [--tasks 2] [--group-size 4]
-                                      [--max-tokens 160] [--repeats 2]
+                                      [--max-tokens 192] [--lengths 1.0,0.45,0.3,0.2]
+                                      [--repeats 2]
 """
 
 from __future__ import annotations
@@ -34,19 +43,61 @@ from agents.tasks import split_tasks  # noqa: E402
 from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, policy_loss  # noqa: E402
 
 
-def per_sample_update(policies: AgentPolicies, agent: int, samples, advantages) -> float:
-    """The update as it was: every sample's full sequence, micro-batches in the given order."""
+def per_sample_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):
     c = policies.config
-    optimizer = policies.optimizers[agent]
+    return [
+        lp
+        for start in range(0, len(samples), c.micro_batch)
+        for lp in policies.completion_logprobs(agent, samples[start : start + c.micro_batch])
+    ]
+
+
+def padded_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):
+    """The group pass before packing: the prompt's cache repeated to one right-padded row per
+    completion, the full vocabulary projected at every position."""
+    policies.model.set_adapter(policies.adapter_name(agent))
+    for p in policies.parameters(agent):
+        p.requires_grad_(True)
+    result = []
+    by_prompt: dict[tuple[int, ...], list[list[int]]] = {}
+    for s in samples:
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(s.completion_ids)
+    device = policies.device
+    for prompt_ids, completions in by_prompt.items():
+        n_rows, n_prompt = len(completions), len(prompt_ids)
+        head = policies.model(
+            input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, logits_to_keep=1
+        )
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(n_rows)
+        width = max(len(c) for c in completions)
+        input_ids = torch.zeros(n_rows, width, dtype=torch.long)
+        attention = torch.zeros(n_rows, n_prompt + width, dtype=torch.long)
+        attention[:, :n_prompt] = 1
+        for row, ids in enumerate(completions):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, n_prompt : n_prompt + len(ids)] = 1
+        positions = torch.arange(n_prompt, n_prompt + width).expand(n_rows, -1)
+        tail = policies.model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            position_ids=positions.to(device),
+            past_key_values=cache,
+        ).logits
+        logits = torch.cat([head.logits[:, -1:].expand(n_rows, -1, -1), tail[:, :-1]], dim=1)
+        for row, ids in enumerate(completions):
+            logp = torch.log_softmax(logits[row, : len(ids)].float(), dim=-1)
+            result.append(logp.gather(1, torch.tensor(ids, device=device)[:, None]).squeeze(1))
+    return result
+
+
+def timed_update(logprobs_of, policies: AgentPolicies, samples, advantages) -> None:
+    """One optimizer step of agent 0 from the log-probs that `logprobs_of` computes."""
+    optimizer = policies.optimizers[0]
     optimizer.zero_grad()
-    for start in range(0, len(samples), c.micro_batch):
-        chunk = samples[start : start + c.micro_batch]
-        logprobs = policies.completion_logprobs(agent, chunk)
-        loss = policy_loss(logprobs, advantages[start : start + c.micro_batch])
-        (loss * len(chunk) / len(samples)).backward()
-    torch.nn.utils.clip_grad_norm_(policies.parameters(agent), c.max_grad_norm)
+    policy_loss([lp.cpu() for lp in logprobs_of(policies, 0, samples)], advantages).backward()
+    torch.nn.utils.clip_grad_norm_(policies.parameters(0), policies.config.max_grad_norm)
     optimizer.step()
-    return 0.0
 
 
 def main() -> None:
@@ -54,7 +105,12 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument(
+        "--lengths",
+        default="1.0,0.45,0.3,0.2",
+        help="a group's completion lengths as fractions of --max-tokens, cycled over G",
+    )
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -64,6 +120,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     policies = AgentPolicies(str(path), n_agents=1, config=MAGRPOConfig())
     generator = torch.Generator().manual_seed(0)
+    fractions = [float(f) for f in args.lengths.split(",")]
     samples = []
     for task in split_tasks("coding", "train")[: args.tasks]:
         chat = tokenizer.apply_chat_template(
@@ -71,32 +128,54 @@ def main() -> None:
         )
         prompt = tokenizer.encode(chat, add_special_tokens=False)
         for g in range(args.group_size):
-            n = args.max_tokens - 20 * g  # completions of different lengths, as sampled
+            n = max(1, round(args.max_tokens * fractions[g % len(fractions)]))
             ids = torch.randint(0, 30000, (n,), generator=generator).tolist()
             samples.append(Sample(prompt, ids))
     advantages = torch.randn(len(samples), generator=generator)
+    lengths = [len(s.completion_ids) for s in samples[: args.group_size]]
     prompt_tokens = sum(len(s.prompt_ids) for s in samples) // len(samples)
+    padding = 1 - sum(lengths) / (max(lengths) * len(lengths))
     print(
         f"{args.tasks} tasks x G{args.group_size}: {len(samples)} samples of one agent, "
-        f"prompt ~{prompt_tokens} tokens, completions {args.max_tokens - 20 * (args.group_size - 1)}"
-        f"-{args.max_tokens} tokens; {torch.get_num_threads()} threads"
+        f"prompt ~{prompt_tokens} tokens, a group's completions {lengths} tokens "
+        f"({padding:.0%} padding when padded); {policies.device}, {torch.get_num_threads()} threads"
     )
-    timings: dict[str, list[float]] = {"per-sample": [], "grouped": []}
-    policies.update(0, samples, advantages)  # warm-up
+    forms = {
+        "per-sample": per_sample_logprobs,
+        "padded": padded_logprobs,
+        "packed": lambda p, agent, s: [
+            lp
+            for group in _groups(s)
+            for lp in p.group_logprobs(
+                agent, group[0].prompt_ids, [x.completion_ids for x in group]
+            )
+        ],
+    }
+    timings: dict[str, list[float]] = {name: [] for name in forms}
+    for logprobs_of in forms.values():  # warm-up
+        timed_update(logprobs_of, policies, samples, advantages)
     for _ in range(args.repeats):
-        for name, update in (
-            ("per-sample", per_sample_update),
-            ("grouped", AgentPolicies.update),
-        ):
+        for name, logprobs_of in forms.items():
+            if policies.device == "cuda":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            update(policies, 0, samples, advantages)
+            timed_update(logprobs_of, policies, samples, advantages)
+            if policies.device == "cuda":
+                torch.cuda.synchronize()
             timings[name].append(time.perf_counter() - t0)
     best = {name: min(times) for name, times in timings.items()}
     for name, seconds in best.items():
         print(
-            f"{name:10s} {seconds:6.1f} s per agent update  ({len(samples) / seconds:.2f} samples/s)"
+            f"{name:10s} {seconds:7.2f} s per agent update  ({len(samples) / seconds:6.2f} samples/s)"
+            f"  {best['per-sample'] / seconds:.2f}x per-sample, {best['padded'] / seconds:.2f}x padded"
         )
-    print(f"speed-up of the update: {best['per-sample'] / best['grouped']:.2f}x")
+
+
+def _groups(samples: list[Sample]) -> list[list[Sample]]:
+    by_prompt: dict[tuple[int, ...], list[Sample]] = {}
+    for s in samples:
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(s)
+    return list(by_prompt.values())
 
 
 if __name__ == "__main__":

@@ -239,10 +239,12 @@ class AgentPolicies:
         """log π_agent of each completion of one prompt; the prompt is computed once.
 
         The prompt's forward pass keeps its key/value cache (with gradient, so the LoRA on the
-        prompt positions is trained as in the per-sample pass); the cache is repeated to one row
-        per completion and the completions, right-padded, run as one batch at positions after
-        the prompt. Padding sits after each row's last real token, so causal attention never sees
-        it. Equal to `completion_logprobs` on the concatenated samples (test_magrpo.py).
+        prompt positions is trained as in the per-sample pass). The completions are then packed
+        end to end into one row, each at the positions after the prompt, under an attention mask
+        by which a token sees the prompt and the earlier tokens of its own completion only; the
+        vocabulary projection runs only where a logit predicts a completion token. No padding, so
+        a group of sampled completions of unequal length costs its real tokens alone. Equal to
+        `completion_logprobs` on the concatenated samples (test_magrpo.py).
         """
         self.model.set_adapter(self.adapter_name(agent))
         for p in self.parameters(agent):
@@ -253,33 +255,40 @@ class AgentPolicies:
         return self._group_logprobs(prompt_ids, completions)
 
     def _group_logprobs(self, prompt_ids: list[int], completions: list[list[int]]):
-        n_rows, n_prompt = len(completions), len(prompt_ids)
+        n_prompt = len(prompt_ids)
         prompt = torch.tensor([prompt_ids], device=self.device)
         head = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
-        cache = head.past_key_values
-        cache.batch_repeat_interleave(n_rows)
-        width = max(len(c) for c in completions)
-        input_ids = torch.zeros(n_rows, width, dtype=torch.long)
-        attention = torch.zeros(n_rows, n_prompt + width, dtype=torch.long)
-        attention[:, :n_prompt] = 1
-        for row, ids in enumerate(completions):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention[row, n_prompt : n_prompt + len(ids)] = 1
-        positions = torch.arange(n_prompt, n_prompt + width).expand(n_rows, -1)
+        lengths = torch.tensor([len(c) for c in completions])
+        total = int(lengths.sum())
+        branch = torch.repeat_interleave(torch.arange(len(completions)), lengths)
+        starts = torch.cumsum(lengths, 0) - lengths
+        offset = torch.arange(total) - starts[branch]  # each token's place in its completion
+        order = torch.arange(total)
+        own = (branch[:, None] == branch[None, :]) & (order[:, None] >= order[None, :])
+        visible = torch.cat([torch.ones(total, n_prompt, dtype=torch.bool), own], dim=1)
+        dtype = head.logits.dtype
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+        # a logit predicts the next token of its own completion: none at a completion's last token
+        keep = torch.nonzero(offset < lengths[branch] - 1).squeeze(1)
         tail = self.model(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention.to(self.device),
-            position_ids=positions.to(self.device),
-            past_key_values=cache,
-        ).logits
-        # the prompt's last logits predict every completion's first token
-        logits = torch.cat([head.logits[:, -1:].expand(n_rows, -1, -1), tail[:, :-1]], dim=1)
-        result = []
-        for row, ids in enumerate(completions):
-            step_logits = logits[row, : len(ids)].float()
-            targets = torch.tensor(ids, device=self.device)
+            input_ids=torch.tensor([[t for ids in completions for t in ids]], device=self.device),
+            attention_mask=mask[None, None].to(self.device),
+            position_ids=(n_prompt + offset)[None].to(self.device),
+            past_key_values=head.past_key_values,
+            logits_to_keep=keep.to(self.device),
+        ).logits[0]
+        result, kept = [], 0
+        for ids in completions:
+            # the prompt's last logits predict every completion's first token
+            n_tail = max(len(ids) - 1, 0)
+            step_logits = torch.cat([head.logits[0, -1:], tail[kept : kept + n_tail]])
+            kept += n_tail
+            targets = torch.tensor(ids, device=self.device, dtype=torch.long)
             result.append(
-                torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu()
+                torch.log_softmax(step_logits[: len(ids)].float(), dim=-1)
+                .gather(1, targets[:, None])
+                .squeeze(1)
+                .cpu()
             )
         return result
 
