@@ -87,7 +87,7 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_elsewhere():
 def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves_nothing(
     model_path,
 ):
-    """Real model: the shared-prompt pass (prompt once, KV cache repeated to the G branches)
+    """Real model: the shared-prompt pass (prompt once, the G completions packed in one row)
     gives each sample's log-probs to 1e-5, and its gradients match; a step whose advantages are
     all zero leaves every LoRA weight and the optimizer state bit-identical."""
     from transformers import AutoTokenizer
