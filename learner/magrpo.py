@@ -266,7 +266,7 @@ class AgentPolicies:
         order = torch.arange(total)
         own = (branch[:, None] == branch[None, :]) & (order[:, None] >= order[None, :])
         visible = torch.cat([torch.ones(total, n_prompt, dtype=torch.bool), own], dim=1)
-        dtype = head.logits.dtype
+        dtype = self.model.get_input_embeddings().weight.dtype
         mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
         # a logit predicts the next token of its own completion: none at a completion's last token
         keep = torch.nonzero(offset < lengths[branch] - 1).squeeze(1)
