@@ -156,7 +156,12 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         action="append",
         default=[],
         metavar="AGENT=NAME",
-        help="serve agent AGENT with the loaded adapter NAME (repeatable; default: base model)",
+        help="serve agent AGENT with the adapter NAME, e.g. 0=agent0-v3 (repeatable; default: "
+        "each agent's serving version in the database, as in the app; a new installation first "
+        "registers the shipped trained team)",
+    )
+    p.add_argument(
+        "--base", action="store_true", help="every agent not named by --adapter runs the base model"
     )
     p.add_argument("--roles-file", help="JSON file of role prompt overrides {role: prompt}")
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")

@@ -73,14 +73,37 @@ def episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     return stack.enter_context(connect_or_start(args.vllm_url, config, progress=progress))
 
 
+def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dict[int, str]:
+    """Each agent's adapter: the one `--adapter` names, else (unless `--base`) the version the
+    database serves, as the app's default choice; a new installation first registers the shipped
+    team, as `coteam serve` does. Loads into the server what it lacks."""
+    if args.base:
+        return named
+    from agents.models import resolve_model
+    from learner.registry import ensure_loaded, register_shipped
+    from store import open_db
+
+    size = 1 if args.shape == "single" else (args.agents or 2)
+    with open_db(args.db) as db:
+        for row in register_shipped(db, resolve_model(args.model)):
+            print(
+                f"agent {row['agent']}: the shipped trained adapter is version {row['version']}",
+                file=sys.stderr,  # stdout carries the episode
+            )
+        serving = ensure_loaded(db, client, size)
+    return {**{agent: name for agent, name in enumerate(serving) if name}, **named}
+
+
 def cmd_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from agents.models import ModelError
     from agents.policy import PolicyError
     from agents.roles import load_prompts
     from agents.tasks import find_task
     from agents.team import GREEDY, Sampling, run_episode
+    from learner.registry import RegistryError
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
     if not args.verbose:  # a log line per HTTP request would drown the streamed text
@@ -108,6 +131,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
         prompts = load_prompts(args.roles_file) if args.roles_file else None
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
+            adapters = serving_team(args, policy, adapters)
             result = run_episode(
                 task,
                 policy,
@@ -120,7 +144,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
                 db=args.db,
                 on_event=None if args.json else EpisodePrinter(),
             )
-    except (OSError, ValueError, PolicyError) as e:
+    except (OSError, ValueError, PolicyError, ModelError, RegistryError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
     if args.json:

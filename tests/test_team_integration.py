@@ -9,8 +9,10 @@ import sys
 import pytest
 
 import store
+from agents.models import model_provenance
 from agents.tasks import humaneval_task, xsum_tasks
 from agents.team import Sampling, run_episode
+from learner.registry import CARD, SHIPPED
 
 pytestmark = pytest.mark.integration
 
@@ -74,20 +76,43 @@ def test_three_agent_writing_episode(policy, tmp_path):
                 assert other not in observation[1]["content"]
 
 
-def test_cli_episode_json(vllm_server, tmp_path):
+def test_cli_episode_json_serves_the_active_team_unless_told_base(
+    vllm_server, policy, model_path, tmp_path
+):
+    """`coteam episode` on a new installation serves the shipped trained team, as the app does
+    (when the shipped card's base model is the one served), and `--base` the base model."""
     db_path = tmp_path / "cli.db"
     env = dict(os.environ, COTEAM_HOME=str(tmp_path / "home"))
     command = [
         sys.executable, "-m", "app.cli", "episode", "--task", "coding", "--problem", "2",
-        "--shape", "single", "--turns", "2", "--greedy", "--max-tokens", "160", "--json",
-        "--vllm-url", vllm_server.url, "--db", str(db_path),
+        "--shape", "single", "--json", "--vllm-url", vllm_server.url, "--db", str(db_path),
+        "--model", str(model_path),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr
+    card = json.loads((SHIPPED / CARD).read_text()) if (SHIPPED / CARD).is_file() else None
+    trained_on_this = card and card["base_model"]["sha256"] == (
+        model_provenance(model_path) or {}
+    ).get("sha256")
+    before = set(policy.list_adapters())
+    try:
+        done = subprocess.run(
+            [*command, "--turns", "2", "--greedy", "--max-tokens", "160"],
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        base = subprocess.run(
+            [*command, "--base", "--max-tokens", "8"],
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert base.returncode == 0, base.stderr
+    finally:
+        for name in set(policy.list_adapters()) - before:  # the shared server as we found it
+            policy.unload_adapter(name)
+    assert json.loads(base.stdout)["agents"][0]["adapter"] is None
     summary = json.loads(done.stdout)
     assert summary["shape"] == "single" and summary["task"]["source_id"] == "HumanEval/2"
     [agent] = summary["agents"]
-    assert agent["role"] == "solo" and agent["adapter"] is None
+    assert agent["role"] == "solo"
+    assert agent["adapter"] == ("agent0-v1" if trained_on_this else None)
     assert agent["text"] and agent["completion_tokens"] > 0 and agent["latency_s"] > 0
     assert 1 <= summary["turns"] <= 2 and summary["wall_time_s"] > 0
     with store.open_db(db_path) as db:
