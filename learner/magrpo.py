@@ -18,8 +18,9 @@ Options, off by default as in the MAGRPO authors' library:
 
 Less work per step, exactly the same loss: the samples of one group share their prompt, so the
 prompt is run once (its key/value cache kept, with gradient) and the G completions follow packed
-end to end in one row, each seeing the prompt and itself only (`group_logprobs`), no padding. A step whose advantages are all zero carries
-no signal: `update` then leaves the optimizer alone (Adam's momentum would still move the LoRA).
+end to end in one row, each seeing the prompt and itself only (`group_logprobs`), no padding. A
+step whose advantages are all zero carries no signal: `update` then leaves the optimizer alone
+(Adam's momentum would still move the LoRA).
 
 Several turns (test feedback between them): every agent's call of every turn is trained with its
 discounted return. An episode earns its joint reward R when it ends, after T turns (at the first
