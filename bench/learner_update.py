@@ -19,9 +19,13 @@ The default, 1.0,0.45,0.3,0.2, pads about as much as the untrained team's sample
 answers do (4 a problem, T = 0.8: 41-47% of a padded group's completion positions were padding).
 Rollouts (vLLM) are not part of it: see `coteam train`'s step_s.
 
+`--check` prints instead how far the padded and packed log-probs are from per-sample ones
+(random LoRA weights, a 300-token prompt, completions of 160, 72, 31 and 100 tokens), in fp32
+and in bf16.
+
 Usage: python bench/learner_update.py [--model PRESET|FOLDER] [--tasks 2] [--group-size 4]
                                       [--max-tokens 192] [--lengths 1.0,0.45,0.3,0.2]
-                                      [--repeats 2]
+                                      [--repeats 2] [--check]
 """
 
 from __future__ import annotations
@@ -100,6 +104,33 @@ def timed_update(logprobs_of, policies: AgentPolicies, samples, advantages) -> N
     optimizer.step()
 
 
+def check(policies: AgentPolicies) -> None:
+    """How far the padded and the packed pass are from the per-sample one, in fp32 and in bf16,
+    with random LoRA weights (a fresh LoRA's B is zero, which would hide a wrong prompt pass)."""
+    with torch.no_grad():
+        for p in policies.parameters(0):
+            p.normal_(0, 0.02)
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 30000, (300,), generator=generator).tolist()
+    completions = [
+        torch.randint(0, 30000, (n,), generator=generator).tolist() for n in (160, 72, 31, 100)
+    ]
+    samples = [Sample(prompt, c) for c in completions]
+    for dtype in (torch.float32, torch.bfloat16):
+        policies.model.to(dtype)
+        with torch.no_grad():
+            alone = per_sample_logprobs(policies, 0, samples)
+            forms = {
+                "padded": padded_logprobs(policies, 0, samples),
+                "packed": policies.group_logprobs(0, prompt, completions),
+            }
+        for name, logprobs in forms.items():
+            worst = max(
+                (a.cpu() - b.cpu()).abs().max().item() for a, b in zip(logprobs, alone, strict=True)
+            )
+            print(f"{dtype}: max |{name} - per-sample| log-prob = {worst:.1e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -112,6 +143,11 @@ def main() -> None:
         help="a group's completion lengths as fractions of --max-tokens, cycled over G",
     )
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="instead of timing: each form's largest log-prob difference from per-sample",
+    )
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     from transformers import AutoTokenizer
@@ -119,6 +155,8 @@ def main() -> None:
     path = provision_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     policies = AgentPolicies(str(path), n_agents=1, config=MAGRPOConfig())
+    if args.check:
+        return check(policies)
     generator = torch.Generator().manual_seed(0)
     fractions = [float(f) for f in args.lengths.split(",")]
     samples = []
