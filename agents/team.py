@@ -388,6 +388,11 @@ def initial_state(team: Team) -> TeamState:
 # -- running and recording an episode --------------------------------------------------------
 
 
+def team_size(shape: str, agents: int | None = None) -> int:
+    """The team's size: `agents` when given, else 1 for `single` and 2 for the other shapes."""
+    return agents if agents is not None else (1 if shape == "single" else 2)
+
+
 def make_team(
     task: Task,
     policy: Policy,
@@ -401,7 +406,7 @@ def make_team(
     checker: CodeChecker = parse_check,
 ) -> Team:
     """Check the settings and put a team together (see `run_episode` for the arguments)."""
-    size = agents if agents is not None else (1 if shape == "single" else 2)
+    size = team_size(shape, agents)
     roles = team_roles(task, shape, size, prompts)
     if turns < 1:
         raise ValueError(f"an episode has at least one turn, not {turns}")

@@ -80,17 +80,17 @@ def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dic
     if args.base:
         return named
     from agents.models import resolve_model
+    from agents.team import team_size
     from learner.registry import ensure_loaded, register_shipped
     from store import open_db
 
-    size = 1 if args.shape == "single" else (args.agents or 2)
     with open_db(args.db) as db:
         for row in register_shipped(db, resolve_model(args.model)):
             print(
                 f"agent {row['agent']}: the shipped trained adapter is version {row['version']}",
                 file=sys.stderr,  # stdout carries the episode
             )
-        serving = ensure_loaded(db, client, size)
+        serving = ensure_loaded(db, client, team_size(args.shape, args.agents))
     return {**{agent: name for agent, name in enumerate(serving) if name}, **named}
 
 

@@ -8,9 +8,10 @@ lengths, not content) — and times one update of one agent's LoRA in each form:
                 `micro_batch` (left-padded), as `completion_logprobs` does
     padded      each group's prompt once, its KV cache repeated to G rows, the completions
                 right-padded to the longest (the learner's update until 2026-11-26)
-    packed      today's update (`AgentPolicies.update`): each group's prompt once, its G
-                completions end to end in one row under a per-completion attention mask, the
-                vocabulary projection only where a logit predicts a token: no padding
+    packed      today's group pass (`group_logprobs`, as `AgentPolicies.update` runs it): each
+                group's prompt once, its G completions end to end in one row under a
+                per-completion attention mask, the vocabulary projection only where a logit
+                predicts a token: no padding
 
 All three give the same loss (tests/test_magrpo.py checks the packed log-probs against
 per-sample ones to 1e-5); the ratios are the speed-ups. Sampled completions differ in length:
@@ -63,11 +64,9 @@ def padded_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):
     for p in policies.parameters(agent):
         p.requires_grad_(True)
     result = []
-    by_prompt: dict[tuple[int, ...], list[list[int]]] = {}
-    for s in samples:
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(s.completion_ids)
     device = policies.device
-    for prompt_ids, completions in by_prompt.items():
+    for group in _groups(samples):
+        prompt_ids, completions = group[0].prompt_ids, [s.completion_ids for s in group]
         n_rows, n_prompt = len(completions), len(prompt_ids)
         head = policies.model(
             input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, logits_to_keep=1
@@ -210,6 +209,7 @@ def main() -> None:
 
 
 def _groups(samples: list[Sample]) -> list[list[Sample]]:
+    """The samples that share a prompt, a list each, in first-seen order."""
     by_prompt: dict[tuple[int, ...], list[Sample]] = {}
     for s in samples:
         by_prompt.setdefault(tuple(s.prompt_ids), []).append(s)

@@ -263,8 +263,8 @@ class AgentPolicies:
         total = int(lengths.sum())
         branch = torch.repeat_interleave(torch.arange(len(completions)), lengths)
         starts = torch.cumsum(lengths, 0) - lengths
-        offset = torch.arange(total) - starts[branch]  # each token's place in its completion
         order = torch.arange(total)
+        offset = order - starts[branch]  # each token's place in its completion
         own = (branch[:, None] == branch[None, :]) & (order[:, None] >= order[None, :])
         visible = torch.cat([torch.ones(total, n_prompt, dtype=torch.bool), own], dim=1)
         dtype = self.model.get_input_embeddings().weight.dtype
