@@ -34,6 +34,12 @@ INSIDE_WEIGHT = 0.5  # a test checked beside the program counts half of a compar
 MAX_LINE_CHARS = 70_000  # the harness caps a value at 65,536 characters
 MAX_VALUE_NODES = 100_000
 MAX_VALUE_DEPTH = 60
+# Seconds a counted test may run. HumanEval's own harness gives a whole check 3 s; the MAGRPO
+# authors give each test 10 s and stop after 3 timeouts, so one looping program held a training
+# step (every group waits for its slowest test run) or a person's test result for 30 s and more.
+# Every canonical HumanEval solution passes its tests at 3 s per test on a busy 2-core CPU (the
+# slowest whole check: 1.2 s).
+TEST_TIMEOUT_S = 3.0
 
 COMPARED, INSIDE, PREPARE = "compared", "inside", "prepare"
 
@@ -221,7 +227,7 @@ def run_tests(
     program: str,
     test_code: str,
     entry_point: str,
-    timeout: float = 10.0,
+    timeout: float = TEST_TIMEOUT_S,
     max_timeouts: int = 3,
     limits: Limits | None = None,
 ) -> TestReport:

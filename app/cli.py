@@ -15,6 +15,7 @@ from agents.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.policy import PolicyError  # noqa: E402
 from agents.roles import SHAPES  # noqa: E402
 from agents.server import ServerError  # noqa: E402
+from agents.testrun import TEST_TIMEOUT_S  # noqa: E402
 from app.commands_episode import cmd_episode, cmd_eval  # noqa: E402
 from app.commands_serve import cmd_check, cmd_doctor, cmd_export, cmd_serve, cmd_setup  # noqa: E402
 from app.commands_train import cmd_adapters, cmd_learner, cmd_train  # noqa: E402
@@ -92,7 +93,12 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     p.add_argument("--code", required=True, help="the module to test (a .py file)")
     p.add_argument("--tests", required=True, help="its tests: `def check(candidate)` or asserts")
     p.add_argument("--entry-point", help="the function under test (default: found in the code)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per test (default 10)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=TEST_TIMEOUT_S,
+        help=f"seconds per test (default {TEST_TIMEOUT_S:g})",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--allow-weak-sandbox",

@@ -49,7 +49,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 DEFINITIONS = {
     "coding": {
         "pass": "all counted test asserts of the task pass (sandboxed run of HumanEval's check, "
-        "one assert at a time, 10 s each); pass@k by the unbiased estimator",
+        "one assert at a time, 3 s each); pass@k by the unbiased estimator",
         "tests": "fraction of the task's counted test asserts that pass",
         "consistency": "cooperation: the coding reward's coordination component in [0, 1] - "
         "the share of helper authors' functions the entry author's function calls and uses the "
