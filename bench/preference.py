@@ -17,8 +17,11 @@ other tasks, and this prints:
     σ spread      the same for the term the reward used before: σ(s(x)), L2 fixed at 1e-2
     gap           mean preference term of programs with the property minus those without
 
+--features embedding fits the model on the sentence embedding alone (φ before 2026-11-26), to
+compare with the model's own features (the embedding and the output's words).
+
 Usage: python bench/preference.py --db FILE [--rater prefers|none] [--property commented|typed]
-                                  [--ratings 20,50,100] [--seed 0]
+                                  [--ratings 20,50,100] [--seed 0] [--features model|embedding]
 """
 
 from __future__ import annotations
@@ -41,7 +44,12 @@ from scipy.special import expit  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 import store  # noqa: E402
-from learner.preference import PreferenceExamples, fit_on_features, win_rates  # noqa: E402
+from learner.preference import (  # noqa: E402
+    PreferenceExamples,
+    fit_on_features,
+    preference_features,
+    win_rates,
+)
 from learner.writing_reward import embed_texts  # noqa: E402
 from store.db import rows  # noqa: E402
 
@@ -75,15 +83,23 @@ def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
     return examples
 
 
-def measure(groups, fit_tasks, test_tasks, n: int, rater: str, prop: str, seed: int) -> dict:
+FEATURES = {
+    "model": preference_features,
+    "embedding": lambda texts: np.asarray(embed_texts(list(texts)), dtype=np.float64),
+}
+
+
+def measure(
+    groups, fit_tasks, test_tasks, n: int, rater: str, prop: str, seed: int, phi=FEATURES["model"]
+) -> dict:
     has = PROPERTIES[prop]
     examples = simulated_votes(groups, fit_tasks, n, rater, has, random.Random(seed))
     decisive = sum(p != 0.5 for _, _, p in examples.pairs)
-    features = np.asarray(embed_texts(examples.texts), dtype=np.float64)
+    features = phi(examples.texts)
     model = fit_on_features(features, examples)  # the penalty by cross-validation
     before = fit_on_features(features, examples, l2=1e-2)
     test = [[e["output"] for e in groups[t]] for t in test_tasks]
-    vectors = [np.asarray(embed_texts(texts), dtype=np.float64) for texts in test]
+    vectors = [phi(texts) for texts in test]
     liked = [win_rates(v @ model.weights) for v in vectors]  # = model.group_preference(texts)
     sigma = [expit(v @ before.weights + before.bias) for v in vectors]
     labels = np.array([has(t) for texts in test for t in texts])
@@ -110,6 +126,12 @@ def main() -> None:
     parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
     parser.add_argument("--ratings", default="20,50,100", help="comma-separated N")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--features",
+        choices=sorted(FEATURES),
+        default="model",
+        help="the model's features (default), or the sentence embedding alone",
+    )
     args = parser.parse_args()
     groups = episodes_by_task(args.db)
     if len(groups) < 4:
@@ -119,13 +141,23 @@ def main() -> None:
     fit_tasks, test_tasks = tasks[: len(tasks) // 2], tasks[len(tasks) // 2 :]
     print(
         f"{sum(map(len, groups.values()))} episodes of {len(groups)} tasks: votes on "
-        f"{len(fit_tasks)}, measured on {len(test_tasks)}; rater {args.rater} ({args.property})"
+        f"{len(fit_tasks)}, measured on {len(test_tasks)}; rater {args.rater} ({args.property}); "
+        f"features: {args.features}"
     )
     print(
         "ratings  decisive     L2  skill   AUC   spread  σ spread  auto spread   gap   (with property)"
     )
     for n in (int(x) for x in args.ratings.split(",")):
-        m = measure(groups, fit_tasks, test_tasks, n, args.rater, args.property, args.seed)
+        m = measure(
+            groups,
+            fit_tasks,
+            test_tasks,
+            n,
+            args.rater,
+            args.property,
+            args.seed,
+            FEATURES[args.features],
+        )
         print(
             f"{m['ratings']:7d}  {m['decisive']:8d}  {m['l2']:5.0e}  {m['skill']:5.2f}  {m['auc']:5.2f}  {m['spread']:6.3f}"
             f"  {m['sigma_spread']:8.3f}"
