@@ -11,8 +11,8 @@ comment, `->`, a docstring's quotes, "you"). A taste people rate in code is ofte
 which a sentence embedding hardly sees: on 200 stored programs, a rater who prefers commented
 code, 50 votes, three splits of the tasks, the embedding alone ranked unseen programs with
 AUC 0.52-0.66 and a preference gap of +0.07-0.08 within their groups; with the words, AUC
-0.87-0.96 and +0.21-0.22, while coin-flip votes still fit a flat model (skill 0.00, gap 0.00)
-(`bench/preference.py`).
+0.87-0.96 and +0.21-0.22 (on a second store: 0.47-0.51 against 0.83-0.92), while coin-flip
+votes still fit a flat model (skill 0.00, gap 0.00) (`bench/preference.py`, docs/TRAINING.md).
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task
