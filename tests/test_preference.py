@@ -81,60 +81,46 @@ def test_every_stored_rating_is_counted_even_a_lone_one(db):
     assert liked.sum() == pytest.approx(1.0)  # of two samples, one is preferred to the other
 
 
-def code(name: str, typed: bool) -> str:
-    if typed:
+NAMES = [f"{verb}_{noun}" for verb in ("add", "scale", "clip", "count", "merge", "split",
+         "parse", "render") for noun in ("rows", "items", "tokens", "scores", "lines")]  # fmt: skip
+
+
+def typed(name: str, mark: bool) -> str:
+    if mark:
         return f'def {name}(x: int) -> int:\n    """Return {name} of x."""\n    return x + 1\n'
     return f"def {name}(x):\n    return x + 1\n"
 
 
-def test_a_simple_synthetic_preference_ranks_held_out_pairs_above_chance():
-    """A rater who prefers type hints and a docstring: A/B votes on 20 tasks, then 20 new ones."""
+def commented(name: str, mark: bool) -> str:
+    note = f"    # {name.replace('_', ' ')} by one\n" if mark else ""
+    return f"def {name}(x):\n{note}    return x + 1\n"
+
+
+@pytest.mark.parametrize("program", [typed, commented])
+def test_a_simple_synthetic_preference_ranks_held_out_pairs_above_chance(program):
+    """A rater who prefers type hints and a docstring, or a `#` comment: A/B votes on 20 tasks,
+    then 20 new ones. (On real sampled programs the sentence embedding alone hardly sees a
+    comment line and the words do: bench/preference.py --features embedding|model.)"""
     rng = random.Random(0)
-    names = [f"{verb}_{noun}" for verb in ("add", "scale", "clip", "count", "merge", "split",
-             "parse", "render") for noun in ("rows", "items", "tokens", "scores", "lines")]  # fmt: skip
+    names = NAMES.copy()
     rng.shuffle(names)
     train, held_out = names[:20], names[20:]
     examples = PreferenceExamples()
     for name in train:
-        left_typed = rng.random() < 0.5
-        left = examples.text_index(code(name, left_typed))
-        right = examples.text_index(code(name, not left_typed))
-        examples.pairs.append((left, right, 1.0 if left_typed else 0.0))
+        left_marked = rng.random() < 0.5
+        left = examples.text_index(program(name, left_marked))
+        right = examples.text_index(program(name, not left_marked))
+        examples.pairs.append((left, right, 1.0 if left_marked else 0.0))
     model = fit_preference_model(examples)
 
-    typed = model.raw_score([code(n, True) for n in held_out])
-    plain = model.raw_score([code(n, False) for n in held_out])
-    accuracy = float(np.mean(typed > plain))
+    marked = model.raw_score([program(n, True) for n in held_out])
+    plain = model.raw_score([program(n, False) for n in held_out])
+    accuracy = float(np.mean(marked > plain))
     assert accuracy >= 0.8, accuracy  # chance is 0.5
-    # in a group of the two, the typed sample is the one a person is likely to prefer
-    assert model.group_preference([code(held_out[0], True), code(held_out[0], False)])[0] > 0.6
-
-
-def commented(name: str, comment: bool) -> str:
-    note = f"    # {name.replace('_', ' ')} by one\n" if comment else ""
-    return f"def {name}(x):\n{note}    return x + 1\n"
-
-
-def test_a_taste_for_one_comment_line_is_learnt():
-    """A rater who prefers a `#` comment: votes on 20 tasks rank the commented program first on
-    20 new ones. (On real sampled programs the sentence embedding alone hardly sees such a line
-    and the words do: bench/preference.py --features embedding|model.)"""
-    rng = random.Random(1)
-    names = [f"{verb}_{noun}" for verb in ("add", "scale", "clip", "count", "merge", "split",
-             "parse", "render") for noun in ("rows", "items", "tokens", "scores", "lines")]  # fmt: skip
-    rng.shuffle(names)
-    examples = PreferenceExamples()
-    for name in names[:20]:
-        left_commented = rng.random() < 0.5
-        left = examples.text_index(commented(name, left_commented))
-        right = examples.text_index(commented(name, not left_commented))
-        examples.pairs.append((left, right, 1.0 if left_commented else 0.0))
-    model = fit_preference_model(examples)
-    held_out = names[20:]
-    with_comment = model.raw_score([commented(n, True) for n in held_out])
-    without = model.raw_score([commented(n, False) for n in held_out])
-    assert float(np.mean(with_comment > without)) >= 0.9
-    assert model.skill > 0.5
+    # in a group of the two, the marked sample is the one a person is likely to prefer
+    assert (
+        model.group_preference([program(held_out[0], True), program(held_out[0], False)])[0] > 0.6
+    )
 
 
 def test_win_rates_are_bradley_terry_within_the_group():
