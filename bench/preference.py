@@ -17,11 +17,12 @@ other tasks, and this prints:
     σ spread      the same for the term the reward used before: σ(s(x)), L2 fixed at 1e-2
     gap           mean preference term of programs with the property minus those without
 
---features embedding fits the model on the sentence embedding alone (φ before 2026-11-26), to
-compare with the model's own features (the embedding and the output's words).
+--features words fits the model on the output's words (word unigrams and bigrams, hashed by
+scikit-learn's HashingVectorizer into WORD_FEATURES dimensions, unit length) beside the sentence
+embedding, to compare with the model's own features (the embedding alone).
 
 Usage: python bench/preference.py --db FILE [--rater prefers|none] [--property commented|typed]
-                                  [--ratings 20,50,100] [--seed 0] [--features model|embedding]
+                                  [--ratings 20,50,100] [--seed 0] [--features model|words]
 """
 
 from __future__ import annotations
@@ -44,12 +45,7 @@ from scipy.special import expit  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 import store  # noqa: E402
-from learner.preference import (  # noqa: E402
-    PreferenceExamples,
-    fit_on_features,
-    preference_features,
-    win_rates,
-)
+from learner.preference import PreferenceExamples, fit_on_features, win_rates  # noqa: E402
 from learner.writing_reward import embed_texts  # noqa: E402
 from store.db import rows  # noqa: E402
 
@@ -83,10 +79,31 @@ def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
     return examples
 
 
-FEATURES = {
-    "model": preference_features,
-    "embedding": lambda texts: np.asarray(embed_texts(list(texts)), dtype=np.float64),
-}
+WORD_FEATURES = 2**12
+
+
+def embedding(texts) -> np.ndarray:
+    """The preference model's φ: the unit sentence embedding."""
+    return np.asarray(embed_texts(list(texts)), dtype=np.float64)
+
+
+def embedding_and_words(texts) -> np.ndarray:
+    """φ with the output's hashed word unigrams and bigrams (split at white space, case kept)."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    words = HashingVectorizer(
+        analyzer="word",
+        token_pattern=r"\S+",
+        ngram_range=(1, 2),
+        n_features=WORD_FEATURES,
+        alternate_sign=False,
+        lowercase=False,
+        norm="l2",
+    )
+    return np.hstack([embedding(texts), words.transform(list(texts)).toarray()])
+
+
+FEATURES = {"model": embedding, "words": embedding_and_words}
 
 
 def measure(
@@ -130,7 +147,7 @@ def main() -> None:
         "--features",
         choices=sorted(FEATURES),
         default="model",
-        help="the model's features (default), or the sentence embedding alone",
+        help="the model's features (default: the sentence embedding), or with the words",
     )
     args = parser.parse_args()
     groups = episodes_by_task(args.db)

@@ -3,16 +3,12 @@
 Ratings arrive a few at a time, about outputs of older adapters, so they are not trained on
 directly (the store keeps neither the sampling log-probs nor the finish reason, so an
 importance weight against the producing policy cannot be computed). Instead a small
-Bradley–Terry model learns a score s(x) = w·φ(x) + b, and every new rollout is scored by it.
-φ(x) (`preference_features`) is the output's sentence embedding (all-MiniLM-L6-v2,
-`learner.writing_reward.embed_texts`: what it says) beside its word unigrams and bigrams,
-hashed (scikit-learn's HashingVectorizer) and scaled to unit length (how it is written: a `#`
-comment, `->`, a docstring's quotes, "you"). A taste people rate in code is often such a mark,
-which a sentence embedding hardly sees: on 200 stored programs, a rater who prefers commented
-code, 50 votes, three splits of the tasks, the embedding alone ranked unseen programs with
-AUC 0.52-0.66 and a preference gap of +0.07-0.08 within their groups; with the words, AUC
-0.87-0.96 and +0.21-0.22 (on a second store: 0.47-0.51 against 0.83-0.92), while coin-flip
-votes still fit a flat model (skill 0.00, gap 0.00) (`bench/preference.py`, docs/TRAINING.md).
+Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's sentence embedding
+φ(x) (all-MiniLM-L6-v2, `learner.writing_reward.embed_texts`), and every new rollout is scored
+by it. (The output's words beside the embedding rank a taste in code far better, AUC 0.83-0.96
+against 0.47-0.66 on stored programs, `bench/preference.py --features words`; but in a retrain
+at the share below their sharper verdict outweighed the tests, pass@1 −17 points, so they are
+not used: docs/TRAINING.md.)
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task
@@ -57,7 +53,6 @@ from learner.reward_config import RewardWeights
 from store.db import rows
 
 L2 = 1e-2  # keeps w small when a handful of ratings would otherwise fit exactly
-WORD_FEATURES = 2**12  # hashed word unigrams and bigrams beside the 384-d sentence embedding
 L2_GRID = (1e-1, 1e-2, 1e-3, 1e-4)  # the penalties cross-validation chooses from
 FOLDS = 5
 
@@ -137,29 +132,9 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
     return examples
 
 
-def preference_features(texts: Sequence[str]) -> np.ndarray:
-    """φ(x) for each text: its unit sentence embedding, then its hashed word unigrams and
-    bigrams (words split at white space, case kept) as a unit vector."""
-    from sklearn.feature_extraction.text import HashingVectorizer
-
-    from learner.writing_reward import embed_texts
-
-    words = HashingVectorizer(
-        analyzer="word",
-        token_pattern=r"\S+",
-        ngram_range=(1, 2),
-        n_features=WORD_FEATURES,
-        alternate_sign=False,
-        lowercase=False,
-        norm="l2",
-    )
-    texts = list(texts)
-    return np.hstack([embed_texts(texts), words.transform(texts).toarray()]).astype(np.float64)
-
-
 @dataclass
 class PreferenceModel:
-    """s(x) = w·φ(x) + b over `preference_features`; `rating_ids` are the ratings it learnt,
+    """s(x) = w·φ(x) + b over unit sentence embeddings; `rating_ids` are the ratings it learnt,
     `l2` the penalty cross-validation chose, `skill` how well such fits predicted held-out ratings
     (`cross_validate`: 0 chance, 1 every vote)."""
 
@@ -171,9 +146,11 @@ class PreferenceModel:
 
     def raw_score(self, texts: Sequence[str]) -> np.ndarray:
         """s(x): P(a ≻ b) = σ(s(a) − s(b))."""
+        from learner.writing_reward import embed_texts
+
         if not texts:
             return np.zeros(0)
-        return preference_features(texts) @ self.weights + self.bias
+        return embed_texts(list(texts)) @ self.weights + self.bias
 
     def blend_weight(self, weights: RewardWeights) -> float:
         """The share of the reward this model's verdict takes: `weights.human` once its skill
@@ -200,9 +177,12 @@ def fit_preference_model(
 ) -> PreferenceModel | None:
     """The Bradley–Terry model of the module docstring, or None when no rating gives an example;
     `l2` None: chosen by cross-validation."""
+    from learner.writing_reward import embed_texts
+
     if not examples.pairs and not examples.singles:
         return None
-    return fit_on_features(preference_features(examples.texts), examples, l2)
+    features = np.asarray(embed_texts(examples.texts), dtype=np.float64)
+    return fit_on_features(features, examples, l2)
 
 
 def fit_on_features(
