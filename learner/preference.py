@@ -6,9 +6,9 @@ importance weight against the producing policy cannot be computed). Instead a sm
 Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's sentence embedding
 φ(x) (all-MiniLM-L6-v2, `learner.writing_reward.embed_texts`), and every new rollout is scored
 by it. (The output's words beside the embedding rank a taste in code far better, AUC 0.83-0.96
-against 0.47-0.66 on stored programs, `bench/preference.py --features words`; but in a retrain
-at the share below their sharper verdict outweighed the tests, pass@1 −17 points, so they are
-not used: docs/TRAINING.md.)
+against 0.47-0.66 on stored programs, `bench/preference.py --features words`; but in retrains
+at a share of 0.8 and 0.5 their sharper verdict cost 17-18 points of pass@1, so they are not
+used: docs/TRAINING.md.)
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task
