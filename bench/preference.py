@@ -17,12 +17,12 @@ other tasks, and this prints:
     σ spread      the same for the term the reward used before: σ(s(x)), L2 fixed at 1e-2
     gap           mean preference term of programs with the property minus those without
 
---features words fits the model on the output's words (word unigrams and bigrams, hashed by
-scikit-learn's HashingVectorizer into WORD_FEATURES dimensions, unit length) beside the sentence
-embedding, to compare with the model's own features (the embedding alone).
+--features model uses the preference model's own φ (`learner.preference.features`: the
+sentence embedding beside the output's hashed word unigrams and bigrams); --features embedding
+the sentence embedding alone, the φ of earlier runs, to compare.
 
 Usage: python bench/preference.py --db FILE [--rater prefers|none] [--property commented|typed]
-                                  [--ratings 20,50,100] [--seed 0] [--features model|words]
+                                  [--ratings 20,50,100] [--seed 0] [--features model|embedding]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from scipy.special import expit  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 import store  # noqa: E402
-from learner.preference import PreferenceExamples, fit_on_features, win_rates  # noqa: E402
+from learner.preference import PreferenceExamples, features, fit_on_features, win_rates  # noqa: E402
 from learner.writing_reward import embed_texts  # noqa: E402
 from store.db import rows  # noqa: E402
 
@@ -79,31 +79,12 @@ def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
     return examples
 
 
-WORD_FEATURES = 2**12
-
-
 def embedding(texts) -> np.ndarray:
-    """The preference model's φ: the unit sentence embedding."""
+    """The sentence embedding alone, φ before the words joined it."""
     return np.asarray(embed_texts(list(texts)), dtype=np.float64)
 
 
-def embedding_and_words(texts) -> np.ndarray:
-    """φ with the output's hashed word unigrams and bigrams (split at white space, case kept)."""
-    from sklearn.feature_extraction.text import HashingVectorizer
-
-    words = HashingVectorizer(
-        analyzer="word",
-        token_pattern=r"\S+",
-        ngram_range=(1, 2),
-        n_features=WORD_FEATURES,
-        alternate_sign=False,
-        lowercase=False,
-        norm="l2",
-    )
-    return np.hstack([embedding(texts), words.transform(list(texts)).toarray()])
-
-
-FEATURES = {"model": embedding, "words": embedding_and_words}
+FEATURES = {"model": features, "embedding": embedding}
 
 
 def measure(
@@ -112,9 +93,9 @@ def measure(
     has = PROPERTIES[prop]
     examples = simulated_votes(groups, fit_tasks, n, rater, has, random.Random(seed))
     decisive = sum(p != 0.5 for _, _, p in examples.pairs)
-    features = phi(examples.texts)
-    model = fit_on_features(features, examples)  # the penalty by cross-validation
-    before = fit_on_features(features, examples, l2=1e-2)
+    rows = phi(examples.texts)
+    model = fit_on_features(rows, examples)  # the penalty by cross-validation
+    before = fit_on_features(rows, examples, l2=1e-2)
     test = [[e["output"] for e in groups[t]] for t in test_tasks]
     vectors = [phi(texts) for texts in test]
     liked = [win_rates(v @ model.weights) for v in vectors]  # = model.group_preference(texts)
@@ -147,7 +128,7 @@ def main() -> None:
         "--features",
         choices=sorted(FEATURES),
         default="model",
-        help="the model's features (default: the sentence embedding), or with the words",
+        help="the model's own φ (default: embedding and words), or the embedding alone",
     )
     args = parser.parse_args()
     groups = episodes_by_task(args.db)

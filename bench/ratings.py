@@ -198,26 +198,35 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
 def training_signal(db_path: Path, since: int, has) -> dict:
     """What the retrain's rollouts (the episodes after the first `since`) gave the update about
     the property: their groups, the informative ones (whose samples differ in the property: only
-    there can the preference term move the advantage towards it) and the preference term's mean
-    gap in those, with the property minus without (positive: it pointed the right way)."""
+    there can the preference move the advantage towards it), and in those the mean gap, with the
+    property minus without (positive: it pointed the right way), of the preference h and of
+    what it added to the reward (`human_term`: h centred among the samples the tests scored
+    alike, times the weight)."""
     with store.open_db(db_path) as db:
         newest = store.list_episodes(db, limit=store.count_episodes(db) - since)
         rollouts = store.get_episodes(db, [e["id"] for e in newest])
     groups: dict[str, list[dict]] = {}
     for episode in rollouts:
         groups.setdefault(episode["group_id"], []).append(episode)
-    gaps = []
+    gaps: dict[str, list[float]] = {"human_rating": [], "human_term": []}
     for members in groups.values():
-        split = {True: [], False: []}
-        for e in members:
-            if "human_rating" in e["rewards"]:  # a preference term was blended into its reward
-                split[has(e["final_output"] or "")].append(e["rewards"]["human_rating"])
-        if split[True] and split[False]:
-            gaps.append(sum(split[True]) / len(split[True]) - sum(split[False]) / len(split[False]))
+        for name, found in gaps.items():
+            split = {True: [], False: []}
+            for e in members:
+                if name in e["rewards"]:  # a preference was added to its reward
+                    split[has(e["final_output"] or "")].append(e["rewards"][name])
+            if split[True] and split[False]:
+                mean = {k: sum(v) / len(v) for k, v in split.items()}
+                found.append(mean[True] - mean[False])
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 3) if values else None
+
     return {
         "groups": len(groups),
-        "informative": len(gaps),
-        "preference_gap": round(sum(gaps) / len(gaps), 3) if gaps else None,
+        "informative": len(gaps["human_rating"]),
+        "preference_gap": mean(gaps["human_rating"]),
+        "term_gap": mean(gaps["human_term"]),
     }
 
 
@@ -307,7 +316,8 @@ def report(figures: dict) -> str:
         elif signal:
             lines.append(
                 f"    retrain: {signal['groups']} groups, {signal['informative']} differing in "
-                f"the property, preference term with it minus without {signal['preference_gap']}"
+                f"the property, preference h with it minus without {signal['preference_gap']}"
+                + (f", added to the reward {signal['term_gap']}" if signal.get("term_gap") else "")
             )
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]

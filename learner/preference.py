@@ -3,12 +3,11 @@
 Ratings arrive a few at a time, about outputs of older adapters, so they are not trained on
 directly (the store keeps neither the sampling log-probs nor the finish reason, so an
 importance weight against the producing policy cannot be computed). Instead a small
-Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's sentence embedding
-φ(x) (all-MiniLM-L6-v2, `learner.writing_reward.embed_texts`), and every new rollout is scored
-by it. (The output's words beside the embedding rank a taste in code far better, AUC 0.83-0.96
-against 0.47-0.66 on stored programs, `bench/preference.py --features words`; but in retrains
-at a share of 0.8 and 0.5 their sharper verdict cost 17-18 points of pass@1, so they are not
-used: docs/TRAINING.md.)
+Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's features φ(x)
+(`features`): its sentence embedding (all-MiniLM-L6-v2, `learner.writing_reward.embed_texts`)
+beside its words (word unigrams and bigrams hashed into WORD_FEATURES dimensions, unit length),
+and every new rollout is scored by it. The words rank a taste in code far better than the
+embedding alone (AUC 0.83-0.96 against 0.47-0.66 on stored programs, `bench/preference.py`).
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task
@@ -22,18 +21,12 @@ a group: the probability a person prefers it to another sample of the same task,
 
     h(x_i) = mean over j ≠ i of σ(s(x_i) − s(x_j))     (½ for a sample alone)
 
-blended with the automatic reward by one formula,
-
-    R = (1 − w_h) · R_auto + w_h · h(x)          (`rewards.blend_human`)
-
-where w_h grows with the evidence (`PreferenceModel.blend_weight`): `RewardWeights.human` once
-the model predicts held-out votes well (its cross-validated skill reaches
-`RewardWeights.human_full_skill`), in proportion below, so coin-flip votes, or a handful of
-votes that teach nothing yet, barely move the team.
-
-Before, h was σ(s(x)) with the penalty fixed at 1e-2: it ranked the right way (AUC 0.72 for a
-rater who prefers commented code) but varied by 0.007 within a group against the automatic
-reward's 0.12, so the advantage (reward − group mean) hardly saw it (`bench/preference.py`).
+and the reward adds it, centred among the samples the tests scored alike
+(`learner.rewards.blend_human`), with a weight w_h that grows with the
+evidence (`PreferenceModel.blend_weight`): `RewardWeights.human` once the model predicts
+held-out votes well (its cross-validated skill reaches `RewardWeights.human_full_skill`), in
+proportion below, so coin-flip votes, or a handful of votes that teach nothing yet, barely move
+the team.
 
 Nothing is consumed: each run refits on all ratings in the store.
 """
@@ -50,11 +43,34 @@ from scipy.special import expit, log_expit
 from sqlite_utils import Database
 
 from learner.reward_config import RewardWeights
+from learner.rewards import rating_to_unit
 from store.db import rows
 
+WORD_FEATURES = 2**12  # hashed word 1-2-grams beside the 384 dimensions of the embedding
 L2 = 1e-2  # keeps w small when a handful of ratings would otherwise fit exactly
 L2_GRID = (1e-1, 1e-2, 1e-3, 1e-4)  # the penalties cross-validation chooses from
 FOLDS = 5
+
+
+def features(texts: Sequence[str]) -> np.ndarray:
+    """φ: each text's unit sentence embedding beside its hashed word unigrams and bigrams (split
+    at white space, case kept, unit length), one float64 row per text."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    from learner.writing_reward import embed_texts
+
+    words = HashingVectorizer(
+        analyzer="word",
+        token_pattern=r"\S+",
+        ngram_range=(1, 2),
+        n_features=WORD_FEATURES,
+        alternate_sign=False,
+        lowercase=False,
+        norm="l2",
+    )
+    texts = list(texts)
+    embedded = np.asarray(embed_texts(texts), dtype=np.float64)
+    return np.hstack([embedded, words.transform(texts).toarray()])
 
 
 @dataclass
@@ -117,7 +133,7 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
         elif r["kind"] == "edit":
             examples.pairs.append((examples.text_index(r["text"]), x, 1.0))
         else:
-            unit = (r["value"] - 1) / 4 if r["kind"] == "score" else float(r["value"] > 0)
+            unit = rating_to_unit(r["value"]) if r["kind"] == "score" else float(r["value"] > 0)
             examples.singles.append((x, unit))
             if x not in by_text:
                 verdicts[(r["task_id"], r["agent"])].append(x)
@@ -134,7 +150,7 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
 
 @dataclass
 class PreferenceModel:
-    """s(x) = w·φ(x) + b over unit sentence embeddings; `rating_ids` are the ratings it learnt,
+    """s(x) = w·φ(x) + b over `features`; `rating_ids` are the ratings it learnt,
     `l2` the penalty cross-validation chose, `skill` how well such fits predicted held-out ratings
     (`cross_validate`: 0 chance, 1 every vote)."""
 
@@ -146,11 +162,9 @@ class PreferenceModel:
 
     def raw_score(self, texts: Sequence[str]) -> np.ndarray:
         """s(x): P(a ≻ b) = σ(s(a) − s(b))."""
-        from learner.writing_reward import embed_texts
-
         if not texts:
             return np.zeros(0)
-        return embed_texts(list(texts)) @ self.weights + self.bias
+        return features(texts) @ self.weights + self.bias
 
     def blend_weight(self, weights: RewardWeights) -> float:
         """The share of the reward this model's verdict takes: `weights.human` once its skill
@@ -177,16 +191,13 @@ def fit_preference_model(
 ) -> PreferenceModel | None:
     """The Bradley–Terry model of the module docstring, or None when no rating gives an example;
     `l2` None: chosen by cross-validation."""
-    from learner.writing_reward import embed_texts
-
     if not examples.pairs and not examples.singles:
         return None
-    features = np.asarray(embed_texts(examples.texts), dtype=np.float64)
-    return fit_on_features(features, examples, l2)
+    return fit_on_features(features(examples.texts), examples, l2)
 
 
 def fit_on_features(
-    features: np.ndarray, examples: PreferenceExamples, l2: float | None = None
+    phi: np.ndarray, examples: PreferenceExamples, l2: float | None = None
 ) -> PreferenceModel:
     """Fit w, b on given feature rows (one per text of `examples`); the loss is the docstring's,
     with the penalty `l2` or, when None, the one of L2_GRID with the lowest cross-validated loss;
@@ -194,9 +205,9 @@ def fit_on_features(
     pairs = np.asarray(examples.pairs, dtype=np.float64).reshape(-1, 3)
     singles = np.asarray(examples.singles, dtype=np.float64).reshape(-1, 2)
     data = _Data(
-        features[pairs[:, 0].astype(int)] - features[pairs[:, 1].astype(int)],
+        phi[pairs[:, 0].astype(int)] - phi[pairs[:, 1].astype(int)],
         pairs[:, 2],
-        features[singles[:, 0].astype(int)],
+        phi[singles[:, 0].astype(int)],
         singles[:, 1],
     )
     l2, skill = cross_validate(data, L2_GRID if l2 is None else (l2,))

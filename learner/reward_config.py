@@ -12,17 +12,18 @@ class RewardWeights:
     """Every weight of the reward.
 
     Joint reward: R = quality·q + coordination·c + speed·s·quality − role_violation·v, where v is
-    the share of agents that wrote another agent's part; `human` is the share of R a person's
-    rating takes (`blend_human`): 0.8, because a taste that costs tokens (a comment, a
-    docstring) reaches the update only where human · (its preference gap) outweighs
-    (1 − human) · (what it costs in automatic reward); at 0.5 fifty ratings changed nothing
-    measurable, at 0.8 they moved the held-out rate by +24 points (docs/TRAINING.md). With few
-    ratings (20) it also outweighed the tests (pass@1 −24 points), and coin-flip votes moved the
-    team as much as a taste; so the share grows with the evidence: the preference model's
-    cross-validated skill (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote
-    predicted) times human / `human_full_skill`, capped at `human` (`PreferenceModel.
-    blend_weight`). 0.25: a rater with a taste reached 0.27–0.41 at 50–100 votes, coin flips
-    at most 0.04 (bench/preference.py).
+    the share of agents that wrote another agent's part. `human` weighs what people prefer
+    (`blend_human`: R + human·(h − the mean h of the samples of its group that the tests scored
+    alike), less where that would reorder samples the tests scored otherwise): 0.8, so inside a
+    set of samples the tests scored alike the preference outweighs what a comment or a
+    docstring costs in speed, while it moves no advantage between test outcomes (when it was a
+    share of R itself, (1 − human)·R + human·h, it outvoted the tests: pass@1 −17 to −24
+    points in retrains, docs/TRAINING.md). Coin-flip votes must not move the team, so the weight
+    grows with the evidence: the preference model's cross-validated skill
+    (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
+    human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.25: a
+    rater with a taste reached 0.27–0.41 at 50–100 votes, coin flips at most 0.04
+    (bench/preference.py).
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
     `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test
@@ -44,7 +45,7 @@ class RewardWeights:
 
     def __post_init__(self):
         if min(asdict(self).values()) < 0 or self.human > 1 or self.cooperation_floor > 1:
-            raise ValueError("weights must be >= 0; the human share and cooperation floor <= 1")
+            raise ValueError("weights must be >= 0; the human weight and cooperation floor <= 1")
         if not 0 < self.human_full_skill <= 1:
             raise ValueError("human_full_skill must be in (0, 1]")
 

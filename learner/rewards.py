@@ -11,9 +11,10 @@ function that scores an episode with them (`score_episode`).
   similarity) when there is one.
 - `joint_reward`: the one combiner, R = w_q·quality + w_c·coordination + w_s·speed·quality
   − w_v·role_violations, with every weight in `RewardWeights` (learner/reward_config.py);
-  `blend_human` the one formula that mixes a person's rating into R.
+  `blend_human` the one formula that adds what people prefer to a group's R.
 - `score_episode`: the one call that scores (and, given a database, records) a finished episode;
-  the app, training, evaluation and the promotion gate all use it.
+  the app, evaluation and the promotion gate use it; training scores its groups with
+  `score_group`, which calls it and adds the preference term.
 
 Every component is a float; `quality`, `coordination`, `speed` and `role_violations` are in
 [0, 1], so R lies in [−w_v, w_q + w_c + w_s]. The dicts go to the store's rewards table as
@@ -22,6 +23,7 @@ Every component is a float; `quality`, `coordination`, `speed` and `role_violati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,12 +65,47 @@ def joint_reward(
     )
 
 
-def blend_human(auto: float | None, rating: float, weight: float) -> float:
-    """The one formula that mixes a person's rating (in [0, 1]) into the automatic reward R:
-    (1 − w_h)·R + w_h·rating, the rating alone when there is no R."""
-    if not 0 <= rating <= 1:
-        raise ValueError(f"a rating must be in [0, 1], got {rating}")
-    return rating if auto is None else (1 - weight) * auto + weight * rating
+def blend_human(
+    auto: Sequence[float],
+    liked: Sequence[float],
+    outcomes: Sequence[float | None],
+    weight: float,
+) -> list[float]:
+    """The one formula that adds what people prefer to a group's automatic rewards R:
+
+        R_i + w_S · (h_i − mean of h over S)
+
+    where h_i in [0, 1] is sample i's preference (`PreferenceModel.group_preference`) and S the
+    set of the group's samples whose test outcome (`outcomes`: the tests' share of points;
+    None where a task has no tests, e.g. writing) is sample i's. w_S is `weight`, or less where
+    that would let a sample of S pass a sample the tests scored otherwise: no sample
+    moves by more than half its distance in R to any sample of another set.
+
+    So the preference reorders the samples the tests scored alike, and only them: it adds
+    nothing to a set as a whole (the terms of S sum to zero), so it moves no advantage between
+    passing and failing samples, and a program that passes more tests stays above one that
+    passes fewer however much people like the latter. (A preference blended into R itself,
+    (1 − w)·R + w·h, outvoted the tests: pass@1 −17 to −24 points in retrains,
+    docs/TRAINING.md.)"""
+    if not len(auto) == len(liked) == len(outcomes):
+        raise ValueError(f"{len(liked)} preferences, {len(outcomes)} outcomes, {len(auto)} rewards")
+    if any(not 0 <= h <= 1 for h in liked):
+        raise ValueError(f"a preference must be in [0, 1], got {list(liked)}")
+    key = [None if o is None else round(o, 6) for o in outcomes]  # equal shares, as floats come
+    blended = list(auto)
+    for outcome in set(key):
+        members = [i for i, k in enumerate(key) if k == outcome]
+        centred = {i: liked[i] - sum(liked[j] for j in members) / len(members) for i in members}
+        largest = max(abs(c) for c in centred.values())
+        if largest == 0:
+            continue
+        gaps = [
+            abs(auto[i] - auto[j]) for i in members for j in range(len(key)) if key[j] != outcome
+        ]
+        share = min([weight, *(gap / 2 / largest for gap in gaps)])
+        for i, c in centred.items():
+            blended[i] = auto[i] + share * c
+    return blended
 
 
 def rating_to_unit(value: float, low: float = 1, high: float = 5) -> float:
@@ -106,15 +143,13 @@ def score_episode(
     result,
     weights: RewardWeights = RewardWeights(),  # noqa: B008
     budget: SpeedBudget = SpeedBudget(),  # noqa: B008
-    human_rating: float | None = None,
     db: Database | str | Path | None = None,
 ) -> Scored:
     """Score one finished episode (`agents.episode_result.EpisodeResult`) and, given `db` (a connection or a
     path), record it in the store. Every caller scores through here.
 
     Coding uses the test report the environment made during the episode (`result.test_report`);
-    the tests run here only when the episode's checker ran none. `human_rating` (in [0, 1]) is
-    blended into R by `blend_human`.
+    the tests run here only when the episode's checker ran none.
     """
     from agents.combine import extract_code
 
@@ -153,17 +188,46 @@ def score_episode(
     components["tokens"] = float(sum(s["completion_tokens"] for s in result.steps))
     components["speed"] = speed_score(critical, budget_tokens)
     reward = joint_reward(components, components["speed"], weights)
-    if human_rating is not None:
-        components["auto_reward"] = reward
-        components["human_rating"] = human_rating
-        reward = blend_human(reward, human_rating, weights.human)
     used = {f"w_{k}": float(v) for k, v in asdict(weights).items()}
     used["budget_tokens"] = float(budget_tokens)
     scored = Scored(reward, components, used, report)
     if db is not None:
-        if isinstance(db, Database):
-            store.record_rewards(db, result.episode_id, components, reward, used)
-        else:
-            with store.open_db(db) as database:
-                store.record_rewards(database, result.episode_id, components, reward, used)
+        _record(db, result.episode_id, scored)
     return scored
+
+
+def score_group(
+    results,
+    weights: RewardWeights = RewardWeights(),  # noqa: B008
+    budget: SpeedBudget = SpeedBudget(),  # noqa: B008
+    liked: Sequence[float] | None = None,
+    db: Database | str | Path | None = None,
+) -> list[Scored]:
+    """Score the episodes of one group (G samples of one task) with `score_episode` and, given
+    `liked` (each sample's preference h in [0, 1]), add what people prefer by `blend_human`
+    (weight `weights.human`, the tests' share of points as each sample's outcome); the
+    components keep `auto_reward`, `human_rating` (h) and `human_term` (what it added). Given
+    `db`, records them all."""
+    scores = [score_episode(r, weights, budget) for r in results]
+    if liked is not None:
+        auto = [s.reward for s in scores]
+        outcomes = [s.components.get("tests") for s in scores]
+        for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weights.human),
+                           strict=True):  # fmt: skip
+            s.components.update(auto_reward=s.reward, human_rating=float(h),
+                                human_term=r - s.reward)  # fmt: skip
+            s.reward = r
+    if db is not None:
+        for r, s in zip(results, scores, strict=True):
+            _record(db, r.episode_id, s)
+    return scores
+
+
+def _record(db: Database | str | Path, episode_id: int, scored: Scored) -> None:
+    if isinstance(db, Database):
+        store.record_rewards(db, episode_id, scored.components, scored.reward, scored.weights)
+    else:
+        with store.open_db(db) as database:
+            store.record_rewards(
+                database, episode_id, scored.components, scored.reward, scored.weights
+            )

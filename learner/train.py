@@ -52,7 +52,7 @@ from learner.preference import PreferenceModel, load_preference_model
 from learner.promotion import GateSettings
 from learner.registry import adapter_name, publish_candidate, serving_adapters
 from learner.reward_config import RewardWeights, SpeedBudget
-from learner.rewards import score_episode
+from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
 
 log = logging.getLogger(__name__)
@@ -304,9 +304,9 @@ def train(
 
 
 def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference, weights):
-    """One task's group: G joint samples, each scored with `weights` (the run's, the human share
-    scaled by the preference model's skill; the people's model's verdict blended in by
-    score_episode) and its reward recorded; returns the results and rewards."""
+    """One task's group: G joint samples, scored together with `weights` (the run's, the human
+    share scaled by the preference model's skill) and the people's model's verdict on each
+    (`score_group`), their rewards recorded; returns the results and rewards."""
     results = run_group(
         task,
         client,
@@ -322,12 +322,9 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
     liked = (
         preference.group_preference([r.output or "" for r in results]).tolist()
         if preference is not None
-        else [None] * len(results)
+        else None
     )
-    scores = [
-        score_episode(r, weights, args.budget, human_rating=p, db=db_path)
-        for r, p in zip(results, liked, strict=True)
-    ]
+    scores = score_group(results, weights, args.budget, liked, db=db_path)
     return results, torch.tensor([s.reward for s in scores])
 
 

@@ -20,6 +20,7 @@ from learner.rewards import (
     joint_reward,
     rating_to_unit,
     score_episode,
+    score_group,
     speed_score,
 )
 from learner.writing_reward import (
@@ -377,11 +378,69 @@ def test_joint_reward_arithmetic_by_hand():
     assert joint_reward(parts, speed=1.0, weights=weights) == 0.8
 
 
-def test_one_formula_blends_a_human_rating():
-    assert blend_human(0.8, rating_to_unit(2), 0.25) == pytest.approx(0.75 * 0.8 + 0.25 * 0.25)
-    assert blend_human(None, 0.5, 0.25) == 0.5  # no automatic reward: the rating alone
+def test_one_formula_adds_what_people_prefer_among_samples_the_tests_scored_alike():
+    # two samples passed every test, two passed none: h is centred within each pair
+    auto = [0.9, 0.9, 0.2, 0.2]
+    blended = blend_human(auto, [0.8, 0.4, 0.9, 0.1], [1.0, 1.0, 0.0, 0.0], 0.5)
+    assert blended == pytest.approx([1.0, 0.8, 0.4, 0.0])
+    # no tests (writing): the whole group is one set
+    assert blend_human([0.5] * 3, [0.9, 0.3, 0.6], [None] * 3, 0.5) == pytest.approx(
+        [0.65, 0.35, 0.5]
+    )
+    assert blend_human([0.7], [0.9], [1.0], 0.8) == [0.7]  # a sample alone: nothing to reorder
+    # the weight gives way where it would let a liked failing sample meet a passing one: each
+    # moves at most half its distance to the other outcome's samples
+    near = blend_human([0.6, 0.6, 0.5, 0.5], [0.1, 0.9, 0.9, 0.1], [1.0, 1.0, 0.5, 0.5], 0.8)
+    assert near == pytest.approx([0.55, 0.65, 0.55, 0.45])
+    assert min(near[:2]) >= max(near[2:])
     with pytest.raises(ValueError):
-        blend_human(0.5, 4, 0.5)
+        blend_human([0.5, 0.5], [0.5, 0.5], [1.0], 0.5)
+    with pytest.raises(ValueError):
+        blend_human([0.5, 0.5], [1.2, 0.5], [1.0, 1.0], 0.5)
+
+
+def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_failing(
+    tmp_path,
+):
+    """A group of four real episodes of HumanEval/0 (a scripted team, the real tests): the
+    helper's code right or wrong, with a comment or without, and a people's model that likes
+    the comment (h 0.9) and not its absence (h 0.1). In the order a person would give: a right
+    program with the comment above the right one without, and any right program above any
+    wrong one however commented; the preference moves no advantage between right and wrong."""
+    import store
+    from agents.feedback import sandbox_check
+    from agents.tasks import humaneval_task
+    from agents.team import run_episode
+    from tests.scripted import ScriptedPolicy
+
+    db_path = tmp_path / "coteam.db"
+
+    def team(body: str):
+        def reply(request):
+            if "only the helper function `aux`" in request.messages[0]["content"]:
+                return body + "```"
+            return " result\n```"
+
+        return run_episode(humaneval_task(0), ScriptedPolicy(reply), shape="parallel",
+                           checker=sandbox_check, db=db_path)  # fmt: skip
+
+    right, wrong = (text.split(":\n", 1)[1] for text in (ENTRY_ALONE, ENTRY_ALONE_WRONG))
+    commented = "    # compare every pair once\n"
+    results = [team(commented + right), team(right), team(commented + wrong), team(wrong)]
+    auto = [s.reward for s in score_group(results)]
+    scores = score_group(results, RewardWeights(), liked=[0.9, 0.1, 0.9, 0.1], db=db_path)
+    assert [s.components["tests"] for s in scores] == [1.0, 1.0, 0.0, 0.0]
+    r = [s.reward for s in scores]
+    assert r[0] > r[1] > r[2] > r[3]  # without the ratings the comment costs a little speed
+    assert auto[0] < auto[1] and auto[2] < auto[3]
+    for alike in ((0, 1), (2, 3)):  # each outcome's share of the group's reward is unchanged
+        assert sum(r[i] for i in alike) == pytest.approx(sum(auto[i] for i in alike))
+    assert [s.components["human_term"] for s in scores] == pytest.approx(
+        [r[i] - auto[i] for i in range(4)]
+    )
+    assert scores[0].components["auto_reward"] == pytest.approx(auto[0])
+    with store.open_db(db_path) as db:  # recorded as scored
+        assert store.get_episode(db, results[0].episode_id)["reward"] == pytest.approx(r[0])
 
 
 def test_a_fast_empty_answer_earns_nothing():
