@@ -388,9 +388,10 @@ def initial_state(team: Team) -> TeamState:
 # -- running and recording an episode --------------------------------------------------------
 
 
-def team_size(shape: str, agents: int | None = None) -> int:
-    """The team's size: `agents` when given, else 1 for `single` and 2 for the other shapes."""
-    return agents if agents is not None else (1 if shape == "single" else 2)
+def team_size(shape: str, agents: int | str | None = None) -> int:
+    """The team's size: 1 for `single`, whatever `agents` says (a team-size setting, as the
+    page's and `coteam eval`'s, is for the other shapes); else `agents`, 2 when not given."""
+    return 1 if shape == "single" else (2 if agents is None else int(agents))
 
 
 def make_team(

@@ -19,7 +19,7 @@ from dataclasses import replace
 import gradio as gr
 
 from agents.roles import PROMPTS, SHAPES
-from agents.team import MAX_TURNS, Sampling
+from agents.team import MAX_TURNS, Sampling, team_size
 from app.context import AppContext
 from app.cowork_choices import (
     AB,
@@ -37,7 +37,6 @@ from app.cowork_choices import (
     resolve_adapters,
     role_layout,
     task_preview,
-    team_size,
 )
 from app.cowork_results import ResultsArea
 from app.live import LiveEpisode, TeamRun, describe_error, run_live

@@ -22,6 +22,7 @@ from agents.tasks import (
     longform_tasks,
     xsum_tasks,
 )
+from agents.team import team_size
 from app.context import AppContext
 from learner.registry import adapter_name, ensure_loaded, load_version
 
@@ -163,10 +164,6 @@ def resolve_adapters(ctx: AppContext, choice: str, size: int) -> tuple[str | Non
             names.append(adapter_name(agent, version))
             load_version(ctx.client, names[-1], row["path"])
     return tuple(names)
-
-
-def team_size(shape: str, size: int | str) -> int:
-    return 1 if shape == "single" else int(size)
 
 
 def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str]:

@@ -1,6 +1,6 @@
 """What your ratings changed: the admin panel that shows, for each adapter version, how many
-ratings it learnt from and what share of the reward they took (`PreferenceModel.blend_weight`:
-more as the ratings agree on a taste), how it did on the held-out tasks against the version it
+ratings it learnt from and the weight their preference had in the reward
+(`PreferenceModel.blend_weight`: more as the ratings agree on a taste), how it did on the held-out tasks against the version it
 replaced (the promotion gate's scores), and a few answers to the same prompt before and after;
 and the line the Co-code/Co-write pages show under a result, saying which versions answered and
 when they were trained."""
@@ -19,7 +19,7 @@ CHANGE_COLUMNS = [
     "trained",
     "state",
     "ratings learnt",
-    "ratings' share",
+    "ratings' weight",
     "held-out score",
     "previous version's",
     "change",
@@ -41,7 +41,7 @@ def rating_changes(ctx: AppContext) -> dict:
                 r["created_at"][:16].replace("T", " "),
                 r["state"],
                 metrics.get("ratings_learnt"),  # None: trained before ratings were counted
-                metrics.get("preference_weight"),  # of the reward; grows with the evidence
+                metrics.get("preference_weight"),  # in the reward; grows with the evidence
                 _round(after),
                 _round(before),
                 _round(change),

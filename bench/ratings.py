@@ -170,7 +170,7 @@ def rate(db_path: Path, pairs, rater: str, has, seed: int) -> dict:
 
 def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
     """One retrain from the database's ratings; its candidates loaded into the server, and what
-    its preference model was: ratings learnt, cross-validated skill, its share of the reward."""
+    its preference model was: ratings learnt, cross-validated skill, its weight in the reward."""
     train_args = TrainArgs(
         task="coding",
         steps=args.steps,
@@ -306,7 +306,7 @@ def report(figures: dict) -> str:
         learnt = f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
         if arm.get("preference_skill") is not None:  # runs before the skill-scaled weight: none
             learnt += (
-                f", preference skill {arm['preference_skill']:.2f} -> share of the reward "
+                f", preference skill {arm['preference_skill']:.2f} -> weight in the reward "
                 f"{arm['preference_weight']:.2f}"
             )
         lines.append(learnt)

@@ -167,8 +167,9 @@ class PreferenceModel:
         return features(texts) @ self.weights + self.bias
 
     def blend_weight(self, weights: RewardWeights) -> float:
-        """The share of the reward this model's verdict takes: `weights.human` once its skill
-        reaches `weights.human_full_skill`, in proportion below (coin flips: about none)."""
+        """The weight this model's verdict has in the reward (`blend_human`): `weights.human`
+        once its skill reaches `weights.human_full_skill`, in proportion below (coin flips:
+        about none)."""
         return weights.human * min(1.0, self.skill / weights.human_full_skill)
 
     def group_preference(self, texts: Sequence[str]) -> np.ndarray:

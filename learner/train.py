@@ -195,7 +195,7 @@ def train(
     names = list(start_names)  # what the team samples with: the serving adapters, then ours
     preference = _preference_model(args, db_path)
     weights, ratings = args.weights, {"ratings_learnt": 0}
-    if preference is not None:  # how far the ratings are trusted: their share of the reward
+    if preference is not None:  # how far the ratings are trusted: their weight in the reward
         weights = replace(weights, human=preference.blend_weight(weights))
         ratings = {
             "ratings_learnt": len(preference.rating_ids),
@@ -305,7 +305,7 @@ def train(
 
 def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference, weights):
     """One task's group: G joint samples, scored together with `weights` (the run's, the human
-    share scaled by the preference model's skill) and the people's model's verdict on each
+    weight scaled by the preference model's skill) and the people's model's verdict on each
     (`score_group`), their rewards recorded; returns the results and rewards."""
     results = run_group(
         task,
@@ -411,7 +411,7 @@ def _publish(
     """Register each agent's final adapter as its next candidate version; `train_reward` is the
     mean joint reward of the last pass over the tasks (one step's is mostly which tasks it drew),
     `ratings` how many stored ratings the preference model learnt from and, when it had any, its
-    skill and share of the reward."""
+    skill and weight in the reward."""
     final = history[-1]["step"]
     candidates = {}
     with store.open_db(db_path) as db:

@@ -151,7 +151,7 @@ def test_cross_validation_fits_a_taste_confidently_and_coin_flips_flatly():
     spread = [np.std(win_rates(features[:4] @ m.weights)) for m in (confident, flat)]
     assert spread[0] > 3 * spread[1], spread
     # and it says how far to trust each: the taste predicts held-out votes, coin flips do not,
-    # so the preference takes its full share of the reward for the one and about none for the other
+    # so the preference has its full weight in the reward for the one and about none for the other
     assert confident.skill > 0.25 and flat.skill < 0.05, (confident.skill, flat.skill)
     weights = RewardWeights()
     assert confident.blend_weight(weights) == weights.human
