@@ -45,7 +45,13 @@ import torch  # noqa: E402
 
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
-from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample, policy_loss  # noqa: E402
+from learner.magrpo import (  # noqa: E402
+    AgentPolicies,
+    MAGRPOConfig,
+    Sample,
+    policy_loss,
+    prompt_groups,
+)
 
 
 def per_sample_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):
@@ -210,10 +216,7 @@ def main() -> None:
 
 def _groups(samples: list[Sample]) -> list[list[Sample]]:
     """The samples that share a prompt, a list each, in first-seen order."""
-    by_prompt: dict[tuple[int, ...], list[Sample]] = {}
-    for s in samples:
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(s)
-    return list(by_prompt.values())
+    return [[samples[i] for i in ids] for ids in prompt_groups(samples)]
 
 
 if __name__ == "__main__":

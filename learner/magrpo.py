@@ -365,16 +365,22 @@ class AgentPolicies:
         return dest
 
 
+def prompt_groups(samples: list[Sample]) -> list[list[int]]:
+    """Indices of `samples` that share a prompt, a list each, in first-seen order."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    return list(by_prompt.values())
+
+
 def _batches(samples: list[Sample], micro_batch: int) -> list[list[int]]:
     """Indices of `samples` in forward/backward batches: each group of samples sharing a prompt
     is one batch (its prompt computed once); the rest, sorted by length so a batch pads little,
     in batches of `micro_batch`."""
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(samples):
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
-    groups = [ids for ids in by_prompt.values() if len(ids) > 1]
+    shared = prompt_groups(samples)
+    groups = [ids for ids in shared if len(ids) > 1]
     single = sorted(
-        (ids[0] for ids in by_prompt.values() if len(ids) == 1),
+        (ids[0] for ids in shared if len(ids) == 1),
         key=lambda i: len(samples[i].prompt_ids) + len(samples[i].completion_ids),
     )
     return groups + [single[k : k + micro_batch] for k in range(0, len(single), micro_batch)]
