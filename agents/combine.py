@@ -27,6 +27,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from agents.parsing import parse
+
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 CODE_LANGUAGES = {"", "python", "py", "python3"}
 
@@ -72,7 +74,7 @@ def parse_prefix(source: str) -> tuple[ast.Module, str, str | None]:
     """Parse `source`; if it fails, keep the longest prefix that parses, cut before a top-level
     line. Returns the tree, the source it came from and the syntax error (None if all parsed)."""
     try:
-        return ast.parse(source), source, None
+        return parse(source), source, None
     except SyntaxError as e:
         error = f"line {e.lineno}: {e.msg}"
         lines = source.splitlines()
@@ -82,7 +84,7 @@ def parse_prefix(source: str) -> tuple[ast.Module, str, str | None]:
             continue  # only cut where a new top-level statement starts
         prefix = "\n".join(lines[: end - 1]) + "\n"
         try:
-            tree = ast.parse(prefix)
+            tree = parse(prefix)
         except SyntaxError:
             continue
         return tree, prefix, f"{error}; kept lines 1-{end - 1}"
@@ -128,7 +130,7 @@ def combine_code(
     (imports and given helpers) that the module starts with.
     """
     owners = owners or [()] * len(parts)
-    given = ast.parse(preamble) if preamble.strip() else ast.Module(body=[], type_ignores=[])
+    given = parse(preamble) if preamble.strip() else ast.Module(body=[], type_ignores=[])
     given_lines = preamble.splitlines()
     given_names = {n.name for n in given.body if isinstance(n, DEFINITION)}
 
@@ -206,7 +208,7 @@ def concat_code(parts: list[str]) -> CombinedCode:
 
 def _finish(code: str, reports: list[PartReport], notes: list[str]) -> CombinedCode:
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError as e:
         return CombinedCode(code, f"line {e.lineno}: {e.msg}", reports, notes, [], {})
     defined = [n.name for n in tree.body if isinstance(n, DEFINITION)]

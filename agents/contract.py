@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from agents.parsing import parse
 from agents.tasks import Task, with_stub_bodies
 
 # the functions each coding role writes ({entry}: the task's entry point)
@@ -158,10 +159,10 @@ def helper_reply_start(problem: str, helper: str = "aux") -> str:
     path loses the docstring the helper used to copy). "" otherwise (`coding_reply_start` then
     begins it with the contract's stub head)."""
     try:
-        tree, bare = ast.parse(problem), False
+        tree, bare = parse(problem), False
     except SyntaxError:
         try:
-            tree, bare = ast.parse(with_stub_bodies(problem)), True
+            tree, bare = parse(with_stub_bodies(problem)), True
         except SyntaxError:
             return ""
     last = tree.body[-1] if tree.body else None
@@ -209,7 +210,7 @@ def _stub(
 def arguments_of(arguments: str) -> str:
     """`numbers: List[float], threshold: float = 0.5` -> `numbers, threshold` (names only)."""
     try:
-        node = ast.parse(f"def f({arguments}): pass").body[0]
+        node = parse(f"def f({arguments}): pass").body[0]
     except SyntaxError:
         return arguments
     return ", ".join(a.arg for a in [*node.args.posonlyargs, *node.args.args])

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agents.combine import CombinedCode
+from agents.parsing import parse
 from agents.roles import Role
 from agents.tasks import Task
 from agents.testrun import TestReport, run_tests
@@ -56,7 +57,7 @@ CodeChecker = Callable[[str, Task], CodeCheck]
 def parse_check(code: str, task: Task) -> CodeCheck:
     """The check without a sandbox: the module parses and defines the entry function."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError as e:
         return CodeCheck(
             passed=False, messages=[f"the module does not parse: line {e.lineno}: {e.msg}"]

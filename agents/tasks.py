@@ -39,6 +39,7 @@ from typing import Literal
 from sqlite_utils import Database
 
 import store
+from agents.parsing import parse
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tasks"
 HUMANEVAL_COUNT = 164
@@ -179,7 +180,7 @@ def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | N
     prompt = prompt.strip("\n") + "\n"
     _check_length(prompt)
     try:
-        module = ast.parse(with_stub_bodies(prompt))
+        module = parse(with_stub_bodies(prompt))
     except SyntaxError as e:
         raise TaskError(f"the problem is not valid Python (line {e.lineno}: {e.msg})") from e
     functions = [
@@ -193,7 +194,7 @@ def user_coding_task(prompt: str, tests: str | None = None, entry_point: str | N
     if tests is not None:
         tests = tests.strip("\n") + "\n"
         try:
-            ast.parse(tests)
+            parse(tests)
         except SyntaxError as e:
             raise TaskError(f"the tests are not valid Python (line {e.lineno}: {e.msg})") from e
     return Task(
@@ -215,7 +216,7 @@ def with_stub_bodies(source: str) -> str:
     as comments and a bare `def f(x):`), so that it parses; other syntax errors are left alone."""
     for _ in range(source.count("def ")):
         try:
-            ast.parse(source)
+            parse(source)
             break
         except SyntaxError as e:
             if not e.msg.startswith(BARE_SIGNATURE) or e.lineno is None:
@@ -236,7 +237,7 @@ def entry_signature(task: Task) -> tuple[str, str, str]:
     (`numbers: List[float], threshold: float`), its return annotation (`bool`, or "") and the
     first sentence of its docstring (or of the comments above it)."""
     lines = task.prompt.splitlines()
-    for node in ast.parse(with_stub_bodies(task.prompt)).body:
+    for node in parse(with_stub_bodies(task.prompt)).body:
         if (
             isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.name == task.entry_point
@@ -255,7 +256,7 @@ def problem_preamble(prompt: str, entry_point: str) -> str:
     prompt = with_stub_bodies(prompt)
     lines = prompt.splitlines()
     kept = []
-    for node in ast.parse(prompt).body:
+    for node in parse(prompt).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point:
             continue
         start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])

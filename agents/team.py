@@ -389,9 +389,10 @@ def initial_state(team: Team) -> TeamState:
 
 
 def team_size(shape: str, agents: int | str | None = None) -> int:
-    """The team's size: 1 for `single`, whatever `agents` says (a team-size setting, as the
-    page's and `coteam eval`'s, is for the other shapes); else `agents`, 2 when not given."""
-    return 1 if shape == "single" else (2 if agents is None else int(agents))
+    """The team's size: `agents` when given (`role_names` refuses a size the shape cannot
+    have), else 1 for `single` and 2 for the other shapes. A team-size setting that is for the
+    team shapes only (the page's, `coteam eval --agents`) passes None for `single`."""
+    return int(agents) if agents is not None else (1 if shape == "single" else 2)
 
 
 def make_team(

@@ -25,6 +25,7 @@ import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.parsing import parse
 from agents.sandbox import run_untrusted
 from agents.sandbox_limits import Limits
 from agents.sandbox_result import SandboxError, SandboxResult
@@ -138,7 +139,7 @@ def _parse_tests(
     test_code: str, entry_point: str | None
 ) -> tuple[str, str, list[tuple[ast.stmt, bool]]]:
     try:
-        tree = ast.parse(test_code)
+        tree = parse(test_code)
     except SyntaxError as e:
         raise ValueError(f"the test code does not parse: {e}") from e
     check = next(

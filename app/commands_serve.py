@@ -114,15 +114,17 @@ def _entry_point(code: str, tests: str) -> str:
     else its last top-level function."""
     import ast
 
+    from agents.parsing import parse
+
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError as e:
         raise ValueError(f"the code does not parse: line {e.lineno}: {e.msg}") from e
     names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     if not names:
         raise ValueError("the code defines no function to test")
     try:
-        test_names = {n.id for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Name)}
+        test_names = {n.id for n in ast.walk(parse(tests)) if isinstance(n, ast.Name)}
     except SyntaxError as e:
         raise ValueError(f"the tests do not parse: line {e.lineno}: {e.msg}") from e
     return next((name for name in names if name in test_names), names[-1])

@@ -329,7 +329,7 @@ class CoworkTab:
             teams.append((f[self.shape_b], f[self.adapters_b]))
         runs = []
         for shape, _ in teams:
-            size = team_size(shape, f[self.size])
+            size = team_size(shape, None if shape == "single" else f[self.size])
             run = TeamRun(task, shape, size, int(f[self.turns]), (), sampling, edits or None)
             run.roles()  # a bad combination is refused before anything runs
             runs.append(run)

@@ -177,4 +177,8 @@ def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str
     )
     outline = [{"heading": "", "brief": ""}] * 4  # both long-form sources have 4 sections
     stub = Task(kind=kind, form=form, prompt="", source="", extra={"outline": outline})
-    return list(dict.fromkeys(role_names(stub, shape, team_size(shape, size))))
+    return list(
+        dict.fromkeys(
+            role_names(stub, shape, team_size(shape, None if shape == "single" else size))
+        )
+    )

@@ -55,6 +55,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from agents.parsing import parse  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -79,7 +81,7 @@ AGENTS = 2
 def typed(program: str) -> bool:
     """Every function defined has annotated arguments, a return annotation and a docstring."""
     try:
-        tree = ast.parse(extract_code(program))
+        tree = parse(extract_code(program))
     except SyntaxError:
         return False
     functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]

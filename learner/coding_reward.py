@@ -10,6 +10,7 @@ import ast
 import re
 from collections.abc import Sequence
 
+from agents.parsing import parse
 from agents.testrun import TestReport, run_tests
 from learner.reward_config import RewardWeights
 
@@ -105,7 +106,7 @@ def defined_names(code: str, stubs: bool = True) -> set[str]:
     names after `def` found by text); with `stubs=False`, not those whose body is only a
     docstring, `...` or `pass`."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         return set(re.findall(r"^\s*def\s+(\w+)\s*\(", code, re.M))
     return {
@@ -126,7 +127,7 @@ def _is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> boo
 def parses(code: str) -> bool:
     """Whether `code` is valid Python (the structure points' first condition)."""
     try:
-        ast.parse(code)
+        parse(code)
     except SyntaxError:
         return False
     return True
@@ -135,7 +136,7 @@ def parses(code: str) -> bool:
 def defines_with_return(code: str, name: str) -> bool:
     """Whether `code` defines a top-level function `name` that returns a value."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         # as in MAGRPO's text check: a broken answer still earns its definition points
         match = re.search(rf"^def\s+{re.escape(name)}\s*\(.*?(?=^\S|\Z)", code, re.M | re.S)
@@ -160,7 +161,7 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     fallback). A helper that does all the work is paid for by the speed term instead: the
     critical path is then as long as a single agent's (docs/TRAINING.md, runs 2 and 3)."""
     try:
-        function = _function(ast.parse(entry_code), entry_point)
+        function = _function(parse(entry_code), entry_point)
     except SyntaxError:
         function = None
     if function is None or helper in _bound_names(function):

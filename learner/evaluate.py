@@ -152,7 +152,7 @@ class EvalConfig:
         return tasks * len(self.variants) * len(self.shapes) * self.samples
 
     def team_size(self, shape: str) -> int:
-        return team_size(shape, self.agents)
+        return team_size(shape, None if shape == "single" else self.agents)
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:

@@ -1,0 +1,24 @@
+"""Python source to an AST, safe from several threads at once.
+
+CPython 3.11 turns a parsed tree into Python objects with one recursion counter for the whole
+interpreter, not one per thread. When the garbage collector runs a finalizer (Python code) in
+the middle of that, another thread can start a parse of its own, and the first one fails with
+"SystemError: AST constructor recursion depth mismatch" (python/cpython#106905 and its
+neighbours). The tasks of a training step, the episodes of an evaluation and the app's episode
+slots run in threads, and a step of `bench/learner.py` died of it; four threads parsing with
+such finalizers about reproduce it (2 errors in 20 s here). So every parse in CoTeam goes
+through `parse`, one at a time: a parse of a generated program takes about a millisecond.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+_ONE_AT_A_TIME = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """`ast.parse(source)`, one thread at a time (raises SyntaxError as it does)."""
+    with _ONE_AT_A_TIME:
+        return ast.parse(source)
