@@ -55,8 +55,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from agents.parsing import parse  # noqa: E402
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -67,6 +65,7 @@ import store  # noqa: E402
 from agents.combine import extract_code  # noqa: E402
 from agents.feedback import sandbox_check  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.parsing import parse  # noqa: E402
 from agents.tasks import humaneval_tasks, split_tasks  # noqa: E402
 from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402

