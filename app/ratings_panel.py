@@ -1,9 +1,9 @@
 """What your ratings changed: the admin panel that shows, for each adapter version, how many
 ratings it learnt from and the weight their preference had in the reward
-(`PreferenceModel.blend_weight`: more as the ratings agree on a taste), how it did on the held-out tasks against the version it
-replaced (the promotion gate's scores), and a few answers to the same prompt before and after;
-and the line the Co-code/Co-write pages show under a result, saying which versions answered and
-when they were trained."""
+(`PreferenceModel.blend_weight`: more as the ratings agree on a taste), how it did on the
+held-out tasks against the version it replaced (the promotion gate's scores), and a few answers
+to the same prompt before and after; and the line the Co-code/Co-write pages show under a
+result, saying which versions answered and when they were trained."""
 
 from __future__ import annotations
 
