@@ -19,7 +19,7 @@ from dataclasses import replace
 import gradio as gr
 
 from agents.roles import PROMPTS, SHAPES
-from agents.team import MAX_TURNS, Sampling, team_size
+from agents.team import MAX_TURNS, Sampling, size_from_setting
 from app.context import AppContext
 from app.cowork_choices import (
     AB,
@@ -329,7 +329,7 @@ class CoworkTab:
             teams.append((f[self.shape_b], f[self.adapters_b]))
         runs = []
         for shape, _ in teams:
-            size = team_size(shape, None if shape == "single" else f[self.size])
+            size = size_from_setting(shape, f[self.size])
             run = TeamRun(task, shape, size, int(f[self.turns]), (), sampling, edits or None)
             run.roles()  # a bad combination is refused before anything runs
             runs.append(run)

@@ -22,7 +22,7 @@ from agents.tasks import (
     longform_tasks,
     xsum_tasks,
 )
-from agents.team import team_size
+from agents.team import size_from_setting
 from app.context import AppContext
 from learner.registry import adapter_name, ensure_loaded, load_version
 
@@ -177,8 +177,4 @@ def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str
     )
     outline = [{"heading": "", "brief": ""}] * 4  # both long-form sources have 4 sections
     stub = Task(kind=kind, form=form, prompt="", source="", extra={"outline": outline})
-    return list(
-        dict.fromkeys(
-            role_names(stub, shape, team_size(shape, None if shape == "single" else size))
-        )
-    )
+    return list(dict.fromkeys(role_names(stub, shape, size_from_setting(shape, size))))

@@ -45,8 +45,13 @@ from scipy.special import expit  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 import store  # noqa: E402
-from learner.preference import PreferenceExamples, features, fit_on_features, win_rates  # noqa: E402
-from learner.writing_reward import embed_texts  # noqa: E402
+from learner.preference import (  # noqa: E402
+    PreferenceExamples,
+    features,
+    fit_on_features,
+    sentence_embedding,
+    win_rates,
+)
 from store.db import rows  # noqa: E402
 
 
@@ -79,12 +84,7 @@ def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
     return examples
 
 
-def embedding(texts) -> np.ndarray:
-    """The sentence embedding alone, φ before the words joined it."""
-    return np.asarray(embed_texts(list(texts)), dtype=np.float64)
-
-
-FEATURES = {"model": features, "embedding": embedding}
+FEATURES = {"model": features, "embedding": sentence_embedding}  # the latter: φ before the words
 
 
 def measure(

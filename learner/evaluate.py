@@ -52,7 +52,7 @@ from agents.feedback import parse_check, sandbox_check
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY, Policy, Sampling, run_episode, run_group, team_size
+from agents.team import GREEDY, Policy, Sampling, run_episode, run_group, size_from_setting
 from learner.coding_reward import defines_with_return, parses
 from learner.eval_stats import summarize
 from learner.report import write_report
@@ -152,7 +152,7 @@ class EvalConfig:
         return tasks * len(self.variants) * len(self.shapes) * self.samples
 
     def team_size(self, shape: str) -> int:
-        return team_size(shape, None if shape == "single" else self.agents)
+        return size_from_setting(shape, self.agents)
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:

@@ -52,12 +52,17 @@ L2_GRID = (1e-1, 1e-2, 1e-3, 1e-4)  # the penalties cross-validation chooses fro
 FOLDS = 5
 
 
+def sentence_embedding(texts: Sequence[str]) -> np.ndarray:
+    """Each text's unit sentence embedding, one float64 row per text: φ's first part."""
+    from learner.writing_reward import embed_texts
+
+    return np.asarray(embed_texts(list(texts)), dtype=np.float64)
+
+
 def features(texts: Sequence[str]) -> np.ndarray:
     """φ: each text's unit sentence embedding beside its hashed word unigrams and bigrams (split
     at white space, case kept, unit length), one float64 row per text."""
     from sklearn.feature_extraction.text import HashingVectorizer
-
-    from learner.writing_reward import embed_texts
 
     words = HashingVectorizer(
         analyzer="word",
@@ -69,8 +74,7 @@ def features(texts: Sequence[str]) -> np.ndarray:
         norm="l2",
     )
     texts = list(texts)
-    embedded = np.asarray(embed_texts(texts), dtype=np.float64)
-    return np.hstack([embedded, words.transform(texts).toarray()])
+    return np.hstack([sentence_embedding(texts), words.transform(texts).toarray()])
 
 
 @dataclass

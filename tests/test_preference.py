@@ -99,8 +99,8 @@ def commented(name: str, mark: bool) -> str:
 @pytest.mark.parametrize("program", [typed, commented])
 def test_a_simple_synthetic_preference_ranks_held_out_pairs_above_chance(program):
     """A rater who prefers type hints and a docstring, or a `#` comment: A/B votes on 20 tasks,
-    then 20 new ones. (On real sampled programs the sentence embedding hardly sees a comment
-    line and the words would: bench/preference.py --features model|words.)"""
+    then 20 new ones. (On real sampled programs the sentence embedding alone hardly sees a
+    comment line and the words do: bench/preference.py --features embedding|model.)"""
     rng = random.Random(0)
     names = NAMES.copy()
     rng.shuffle(names)
