@@ -13,7 +13,8 @@ Writing
 - `longform`: a sectioned document (an explainer article of 4 sections, 400-800 words) from a
   title, an outline (heading + one-line brief per section) and a target length; curated from
   Wikipedia articles with the article's own text as the reference
-  (`assets/tasks/longform.jsonl`, split in the file: every fourth task is held out), or a
+  (`assets/tasks/longform.jsonl`, split in the file: every fourth task is held out; every
+  fourth of the others is the gate's validation set, `LONGFORM_VALIDATION_EVERY`), or a
   person's own request with their sections or the default outline (`longform_prompt_task`).
 - `free`: any prompt a person types.
 
@@ -48,6 +49,7 @@ HUMANEVAL_VALIDATION = range(132, HUMANEVAL_COUNT)  # the promotion gate's own t
 HUMANEVAL_TRAIN = range(32, 132)
 WRITING_HELD_OUT = 30  # items 0-29 of a writing set
 WRITING_VALIDATION = 32  # the next 32 items
+LONGFORM_VALIDATION_EVERY = 4  # of the long-form rows not held out: 9 of 36 (too few to gate on 32)
 MAX_PROMPT_CHARS = 8000  # a 0.5B model with a 2048-token window needs room left to answer
 
 Kind = Literal["coding", "writing"]
@@ -154,9 +156,7 @@ def split_tasks(task_set: TaskSet, split: Split) -> list[Task]:
     gate (`validation`) and the evaluation (`held_out`) use. The three splits are disjoint."""
     if task_set == "coding":
         return humaneval_tasks(split)
-    if task_set == "longform":  # its split is in its file; the gate does not use it yet
-        if split == "validation":
-            raise TaskError("the long-form set has no validation split")
+    if task_set == "longform":
         return longform_tasks(split)
     sources = {"summary": xsum_tasks, "expansion": abstract_tasks}
     if task_set not in sources:
@@ -303,11 +303,16 @@ def abstract_tasks() -> list[Task]:
     ]
 
 
-def longform_tasks(split: Literal["train", "held_out", "all"] = "all") -> list[Task]:
-    """The curated long-form tasks of one part of the file's split, in order."""
+def longform_tasks(split: Split = "all") -> list[Task]:
+    """The curated long-form tasks of one split, in order: `held_out` as the file marks it,
+    `validation` every `LONGFORM_VALIDATION_EVERY`-th of the file's other rows, `train` the rest."""
+    rows = [dict(row) for row in _asset("longform.jsonl")]
+    others = [row for row in rows if row["split"] != "held_out"]
+    for row in others[LONGFORM_VALIDATION_EVERY - 1 :: LONGFORM_VALIDATION_EVERY]:
+        row["split"] = "validation"
     return [
         _longform_task(row, source="longform", source_id=row["id"])
-        for row in _asset("longform.jsonl")
+        for row in rows
         if split == "all" or row["split"] == split
     ]
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import html
 from dataclasses import replace
+from typing import get_args
 
 import gradio as gr
 
 import store
+from agents.tasks import TaskSet
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
 from learner.registry import serving_adapters
@@ -110,7 +112,7 @@ class TrainingPanel:
         args = learner.args if learner is not None else TrainArgs()
         with gr.Row():
             self.train_task = gr.Dropdown(
-                ["coding", "summary", "expansion"],
+                list(get_args(TaskSet)),
                 value=args.task,
                 label="Train on",
                 elem_id="admin-train-task",

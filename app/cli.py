@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -15,6 +16,7 @@ from agents.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.policy import PolicyError  # noqa: E402
 from agents.roles import SHAPES  # noqa: E402
 from agents.server import ServerError  # noqa: E402
+from agents.tasks import TaskSet  # noqa: E402
 from agents.testrun import TEST_TIMEOUT_S  # noqa: E402
 from app.commands_episode import cmd_episode, cmd_eval  # noqa: E402
 from app.commands_serve import cmd_check, cmd_doctor, cmd_export, cmd_serve, cmd_setup  # noqa: E402
@@ -252,7 +254,7 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
 
     def training_options(p: argparse.ArgumentParser) -> None:
         # no defaults here: an unset flag keeps learner.train.TrainArgs' default (one home)
-        p.add_argument("--task", choices=["coding", "summary", "expansion"])
+        p.add_argument("--task", choices=get_args(TaskSet), help="the curated task set to train on")
         p.add_argument("--steps", type=int, help="MAGRPO steps")
         p.add_argument("--group-size", type=int, help="G joint samples per task")
         p.add_argument("--tasks-per-step", type=int, help="tasks per step")

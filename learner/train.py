@@ -68,7 +68,7 @@ class TrainArgs:
     update's knobs (`magrpo`), the reward's weights and budgets, and the promotion gate's
     settings. The admin form and `coteam train` start from these defaults; `check()` validates."""
 
-    task: TaskSet = "coding"  # coding | summary | expansion (agents/tasks.py)
+    task: TaskSet = "coding"  # coding | summary | expansion | longform (agents/tasks.py)
     steps: int = 10
     agents: int = 2
     turns: int = 1  # turns per episode; every turn's calls are trained (magrpo.gamma)
@@ -105,7 +105,7 @@ class TrainArgs:
         """Refuse a run the learner cannot do, before any model is loaded; the message says why."""
         c = self.magrpo
         if self.task not in get_args(TaskSet):
-            raise ValueError(f"unknown task {self.task!r}: coding, summary or expansion")
+            raise ValueError(f"unknown task {self.task!r}: {', '.join(get_args(TaskSet))}")
         if self.steps < 1:
             raise ValueError(f"a run needs at least 1 step, not {self.steps}")
         if not 2 <= self.agents <= 4:

@@ -34,10 +34,15 @@ from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 
 def test_the_longform_set_has_four_sections_a_target_a_reference_and_a_fixed_split():
-    every, held_out, train = longform_tasks(), longform_tasks("held_out"), longform_tasks("train")
+    every, held_out = longform_tasks(), longform_tasks("held_out")
+    train, validation = longform_tasks("train"), longform_tasks("validation")
     assert 30 <= len(every) <= 60 and len(held_out) == len(every) // 4
-    assert {t.source_id for t in held_out}.isdisjoint(t.source_id for t in train)
-    assert len(held_out) + len(train) == len(every)
+    # the gate's validation set: every fourth of the rows the file does not hold out
+    assert len(validation) == (len(every) - len(held_out)) // 4
+    ids = [{t.source_id for t in part} for part in (held_out, train, validation)]
+    assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
+    assert len(held_out) + len(train) + len(validation) == len(every)
+    assert {t.extra["split"] for t in validation} == {"validation"}
     for task in every:
         assert task.form == "longform" and task.kind == "writing"
         outline = task.extra["outline"]
