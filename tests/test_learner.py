@@ -14,6 +14,7 @@ import pytest
 import store
 from agents.models import model_provenance
 from agents.policy import PolicyError, Request
+from agents.tasks import split_tasks
 from agents.team import Sampling, run_episode
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
 from learner.train import TrainArgs, training_tasks
@@ -259,3 +260,45 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         if row["state"] == "active":
             assert adapter_name(agent, 1) in policy.list_adapters()
     assert run["metrics"]["promoted"] == (rows[0][0]["state"] == "active")
+
+
+def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_co_write_ratings(
+    vllm_server, policy, model_path, home
+):
+    """A tiny real run on the long-form set: four writers, one section each, sample and are
+    scored by the long-form reward; a rating of one co-written article counts; every writer
+    gets a candidate, and the gate decides on the set's own validation articles."""
+    db_path = home / "coteam.db"
+    task = split_tasks("longform", "train")[0]
+    result = run_episode(task, policy, agents=4, sampling=Sampling(max_tokens=32), db=db_path)
+    with store.open_db(db_path) as db:
+        store.add_rating(db, result.episode_id, "thumbs", value=1)
+    learner = run_train(
+        vllm_server.url, model_path, db_path, home, "--task", "longform", "--agents", "4",
+        "--steps", "1", "--gate-tasks", "1",
+    )  # fmt: skip
+    out, _ = learner.communicate(timeout=1800)
+    assert learner.returncode == 0, out
+    validation = {t.source_id for t in split_tasks("longform", "validation")}
+    with store.open_db(db_path) as db:
+        [run] = store.list_training_runs(db)
+        episodes = store.get_episodes(db, [e["id"] for e in store.list_episodes(db, limit=100)])
+        scored = {
+            name
+            for (name,) in db.execute("SELECT DISTINCT name FROM rewards WHERE name IS NOT NULL")
+        }
+        rows = {a: store.adapter_lineage(db, a) for a in range(4)}
+    [step] = run["metrics"]["history"]
+    assert run["state"] == "ok" and step["ratings_learnt"] == 1 and step["samples"] == 2
+    sampled = [e for e in episodes if e["group_id"]]
+    assert len(sampled) == 2 and {e["task"]["source_id"] for e in sampled} <= {
+        t.source_id for t in split_tasks("longform", "train")
+    }
+    assert all(len({t["agent"] for t in e["turns"]}) == 4 for e in sampled)  # every writer wrote
+    assert {"redundancy", "structure", "coverage"} <= scored  # the long-form reward scored them
+    gated = [e for e in episodes if not e["group_id"] and e["id"] != result.episode_id]
+    assert gated and {e["task"]["source_id"] for e in gated} <= validation
+    assert step["calls_trained"] == (2 if step["updated"] else 0)
+    for agent, [row] in rows.items():
+        assert row["state"] in ("active", "rejected") and row["metrics"]["gate"]["tasks"] == 1
+        assert (home / "adapters" / f"agent{agent}" / "v1" / "adapter_config.json").is_file()
