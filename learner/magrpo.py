@@ -300,11 +300,17 @@ class AgentPolicies:
 
         Samples that share a prompt (a group) go through `group_logprobs`, one group per
         forward/backward; the others are sorted by length into micro-batches of `micro_batch`.
-        Gradients accumulate, so the step is the same as on one big batch. When every advantage
-        is zero there is no signal: no zero_grad, backward or optimizer step happens (returns
-        `{"updated": False}`), so the LoRA and Adam's state stay exactly as they were.
+        Gradients accumulate, so the step is the same as on one big batch. A sample with no
+        completion tokens (a stop rule kept nothing of its reply) has no log-probability to move
+        and is left out of the passes; it still counts in the loss's mean over the samples. When
+        every advantage is zero there is no signal: no zero_grad, backward or optimizer step
+        happens (returns `{"updated": False}`), so the LoRA and Adam's state stay exactly as they
+        were.
         """
         c = self.config
+        count = len(samples)
+        kept = [i for i, s in enumerate(samples) if s.completion_ids]
+        samples, advantages = [samples[i] for i in kept], advantages[kept]
         if not samples or not has_signal(advantages):
             return {"loss": 0.0, "grad_norm": 0.0, "updated": False}
         self.model.train()
@@ -328,7 +334,7 @@ class AgentPolicies:
                 old = [torch.tensor(s.sampling_logprobs[: len(s.completion_ids)]) for s in chunk]
             # policy_loss is a mean over its samples: weight each chunk by its share of the batch
             loss = policy_loss(logprobs, chunk_adv, old, c.clip_eps, ref, c.kl_coef)
-            loss = loss * len(chunk) / len(samples)
+            loss = loss * len(chunk) / count
             loss.backward()
             total += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(agent), c.max_grad_norm)

@@ -133,12 +133,12 @@ def training_tasks(args: TrainArgs) -> list[Task]:
 
 def agent_samples(results, agent: int, turn: int) -> list[Sample]:
     """Agent `agent`'s call of turn `turn` in each joint sample, as the exact tokens vLLM saw
-    and sampled."""
+    and sampled (none where a stop rule kept nothing of the reply: an empty section)."""
     samples = []
     for result in results:
         [step] = [s for s in result.steps if s["agent"] == agent and s["turn"] == turn]
         completion = step["completion"]
-        if completion.prompt_token_ids is None or not completion.token_ids:
+        if completion.prompt_token_ids is None or completion.token_ids is None:
             raise RuntimeError("the server returned no token ids: is it vLLM >= 0.10?")
         samples.append(
             Sample(completion.prompt_token_ids, completion.token_ids, completion.token_logprobs)

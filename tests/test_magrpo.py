@@ -15,7 +15,7 @@ from learner.magrpo import (
     turn_groups,
 )
 from learner.report import plot_training_curve
-from learner.train import steps_per_pass
+from learner.train import agent_samples, steps_per_pass
 
 
 def test_advantage_is_reward_minus_group_mean():
@@ -134,6 +134,27 @@ def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves
     assert all(torch.equal(a, b) for a, b in zip(state, moved, strict=True))
 
 
+@pytest.mark.integration
+def test_a_reply_a_stop_rule_emptied_counts_in_the_mean_and_moves_nothing(model_path):
+    """Real model: a sample whose reply a stop rule cut to nothing (an empty section) has no
+    tokens to train; the update leaves it out of the passes but keeps it in the 1/G of the loss,
+    and a group of only such samples is no signal (no step, no error)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    config = MAGRPOConfig(learning_rate=0.0, target_modules=("q_proj",))  # measure, move nothing
+    policies = AgentPolicies(str(model_path), n_agents=1, config=config)
+    prompt = tokenizer.encode("Write one sentence about rivers.")
+    said = [Sample(prompt, tokenizer.encode(w)) for w in ("Rivers flow.", "Water runs downhill.")]
+    empty = Sample(prompt, [], [])
+    whole = policies.update(0, said, torch.tensor([1.0, -1.0]))
+    with_empty = policies.update(0, [*said, empty], torch.tensor([1.0, -1.0, 0.5]))
+    assert whole["updated"] and with_empty["updated"]
+    assert with_empty["loss"] == pytest.approx(whole["loss"] * 2 / 3, rel=1e-4)
+    nothing = policies.update(0, [empty, empty], torch.tensor([0.5, -0.5]))
+    assert nothing == {"loss": 0.0, "grad_norm": 0.0, "updated": False}
+
+
 def test_no_signal_is_detected():
     assert not has_signal(group_advantages(torch.tensor([0.5, 0.5, 0.5, 0.5])))
     assert has_signal(group_advantages(torch.tensor([0.5, 0.5, 0.5, 0.6])))
@@ -218,3 +239,20 @@ def test_a_checkpoint_resumes_the_adapter_and_its_optimizer_exactly(model_path, 
     resumed.update(0, samples, advantages)
     pairs = list(zip(running.parameters(0), resumed.parameters(0), strict=True))
     assert pairs and all(torch.allclose(a, b, atol=1e-6) for a, b in pairs)
+
+
+def test_a_call_whose_reply_was_cut_to_nothing_is_a_sample_with_no_tokens():
+    """An empty section (a stop rule kept nothing) is trained as what it is; a server that
+    returns no token ids at all is refused."""
+    from types import SimpleNamespace
+
+    from agents.policy import Completion
+
+    def result(token_ids):
+        done = Completion("", None, 2, 0, 0.1, None, "stop", [1, 2], token_ids, [])
+        return SimpleNamespace(steps=[{"agent": 0, "turn": 0, "completion": done}])
+
+    [sample] = agent_samples([result([])], agent=0, turn=0)
+    assert sample.prompt_ids == [1, 2] and sample.completion_ids == []
+    with pytest.raises(RuntimeError, match="no token ids"):
+        agent_samples([result(None)], agent=0, turn=0)
