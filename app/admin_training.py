@@ -99,11 +99,14 @@ class TrainingPanel:
 
     def build(self) -> None:
         gr.Markdown(
-            "## Learner\nA run trains each agent's LoRA with MAGRPO on the training tasks and "
-            "the rated episodes, then the promotion gate compares it with the serving team on "
-            "held-out tasks and hot-swaps it in if it is not worse. On a 2-core CPU a step with "
-            "the defaults takes a minute or two; 1 step, group size 2, 1 task per step, 64 tokens "
-            "and 1 gate task make a first run of a few minutes."
+            "## Learner\nA run trains each agent's LoRA with MAGRPO on the training tasks of "
+            "the chosen set, the people's ratings scoring every fresh answer through the "
+            "preference model; then the promotion gate runs the new team and the serving one on "
+            "the set's own validation tasks and hot-swaps the new one in only when its joint "
+            "reward is higher and it passes no fewer tests. On a 2-core CPU a step with the "
+            "defaults takes a minute or two (long-form articles, 4 writers: two to three); 1 "
+            "step, group size 2, 1 task per step, 64 tokens and 1 gate task make a first run of "
+            "a few minutes."
         )
         self.learner_md = gr.Markdown(elem_id="admin-learner-status")
         self.progress = gr.HTML(elem_id="admin-progress")
