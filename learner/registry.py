@@ -46,7 +46,7 @@ def publish_candidate(
     """Copy a trained adapter folder into the registry as the agent's next version (a candidate)."""
     versions = [row["version"] for row in store.adapter_lineage(db, agent)]
     version = max(versions, default=0) + 1
-    dest = adapters_dir() / f"agent{agent}" / f"v{version}"
+    dest = adapters_dir(store.database_path(db)) / f"agent{agent}" / f"v{version}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".v{version}.", dir=dest.parent))
     try:
@@ -157,10 +157,11 @@ def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
     return card
 
 
-def remove_unfinished_copies() -> list[Path]:
-    """Delete temporary folders a killed process left in the registry (never a finished version)."""
+def remove_unfinished_copies(db_path: str | Path | None = None) -> list[Path]:
+    """Delete temporary folders a killed process left in database `db_path`'s registry (never
+    a finished version)."""
     removed = []
-    for tmp in adapters_dir().glob("agent*/.v*"):
+    for tmp in adapters_dir(db_path).glob("agent*/.v*"):
         shutil.rmtree(tmp, ignore_errors=True)
         removed.append(tmp)
     return removed

@@ -27,7 +27,7 @@ def start_run(db_path, trigger: str, args: TrainArgs) -> int:
     """Validate the config and record a new running run (raises TrainingRunBusy if one runs);
     leftovers of a crashed run are cleaned up first."""
     args.check()
-    remove_unfinished_copies()
+    remove_unfinished_copies(db_path)
     with store.open_db(db_path) as db:
         store.recover_interrupted(db)  # a crash left a run 'running': it is not
         return store.start_training_run(db, trigger, config=args.to_json())

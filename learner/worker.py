@@ -45,7 +45,7 @@ class LearnerWorker:
         self._scheduler: threading.Thread | None = None
         with store.open_db(self.db_path) as db:
             store.recover_interrupted(db)  # a crash left a run 'running': it is not
-        remove_unfinished_copies()
+        remove_unfinished_copies(self.db_path)
 
     @property
     def busy(self) -> bool:

@@ -285,10 +285,15 @@ def migrate_schema(db: Database, target: int | None = None) -> int:
     return schema_version(db)
 
 
+def database_path(db: Database) -> str | None:
+    """The file an open database is (None for one in memory)."""
+    return db.conn.execute("PRAGMA database_list").fetchone()[2] or None
+
+
 def _refuse_newer(db: Database) -> None:
     version = schema_version(db)
     if version > len(schema.MIGRATIONS):
-        path = db.conn.execute("PRAGMA database_list").fetchone()[2]
+        path = database_path(db)
         raise SchemaTooNew(
             f"the database {path} has schema version {version}, but this CoTeam only knows "
             f"versions up to {len(schema.MIGRATIONS)}: it was written by a newer CoTeam. Upgrade CoTeam, "

@@ -21,24 +21,29 @@ def default_db_path() -> Path:
 
 
 def runs_dir(db_path: str | Path | None = None) -> Path:
-    """Where one database's training runs keep their files (checkpoints, reward curves).
+    """Where one database's training runs keep their files (checkpoints, reward curves): run
+    ids count per database, so resuming run 1 of one database never picks up another's."""
+    return _of_database("runs", db_path)
 
-    Run ids count per database, so each database has its own folder: `runs/` for the default
-    database, `runs/<file name>-<hash of its path>/` for any other, so that resuming run 1 of
-    one database never picks up run 1 of another."""
+
+def adapters_dir(db_path: str | Path | None = None) -> Path:
+    """Where one database's adapter versions live (`agentK/vN`): version numbers count per
+    database, so a run on another database never meets a version 1 it did not make."""
+    return _of_database("adapters", db_path)
+
+
+def _of_database(folder: str, db_path: str | Path | None) -> Path:
+    """`folder` of the home for the default database, `folder/<file name>-<hash of its path>/`
+    for any other."""
     path = Path(db_path or default_db_path()).expanduser().resolve()
-    runs = coteam_home() / "runs"
+    root = coteam_home() / folder
     if path == default_db_path().resolve():
-        return runs
-    return runs / f"{path.stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        return root
+    return root / f"{path.stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
 def models_dir() -> Path:
     return coteam_home() / "models"
-
-
-def adapters_dir() -> Path:
-    return coteam_home() / "adapters"
 
 
 def logs_dir() -> Path:

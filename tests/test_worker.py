@@ -3,6 +3,8 @@ real ones run in test_learner.py against the server)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import store
@@ -114,6 +116,27 @@ def test_run_1_of_one_database_never_resumes_from_run_1_of_another(home, tmp_pat
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         resume_run(other, 1)  # the default database's checkpoint is not the other's
     assert resume_run(default, 1)[2] == checkpoint_folder(2, default)
+
+
+def test_version_1_of_one_database_never_meets_version_1_of_another(home, tmp_path):
+    """Adapter versions count per database, as runs do: a run on a second database publishes
+    its own agent0 v1 beside the default database's (it once failed on the folder)."""
+    from learner.registry import publish_candidate
+
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "adapter_config.json").write_text("{}")
+    default, other = home / "coteam.db", tmp_path / "eval" / "coteam.db"
+    other.parent.mkdir()
+    rows = {}
+    for db_path in (default, other):
+        with store.open_db(db_path) as db:
+            rows[db_path] = publish_candidate(db, 0, made)
+    assert rows[default]["version"] == rows[other]["version"] == 1
+    assert rows[default]["path"] == str(home / "adapters" / "agent0" / "v1")
+    assert rows[other]["path"] != rows[default]["path"]
+    for row in rows.values():
+        assert (Path(row["path"]) / "adapter_config.json").is_file()
 
 
 def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
