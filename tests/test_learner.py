@@ -25,6 +25,17 @@ pytestmark = pytest.mark.integration
 PROMPT = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
 
 
+@pytest.fixture(autouse=True)
+def server_as_found(policy):
+    """Each test leaves the shared server's adapters as it found them: the tests' databases
+    each have their own version 1 of an agent, and a server that serves one database's
+    `agent0-v1` rightly refuses another's under that name (learner.registry.load_version)."""
+    before = set(policy.list_adapters())
+    yield
+    for name in set(policy.list_adapters()) - before:
+        policy.unload_adapter(name)
+
+
 @pytest.fixture(scope="module")
 def two_versions(model_path, tmp_path_factory):
     """Two real adapters for agent 0 that answer differently."""
@@ -171,28 +182,23 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
     with store.open_db(home / "other.db") as db:
         assert register_shipped(db, model_path, other_base) == []  # another base model's
         assert store.active_adapters(db) == {}
-    before = set(policy.list_adapters())
-    try:
-        with store.open_db(home / "coteam.db") as db:
-            rows = register_shipped(db, model_path, shipped)
-            assert [(r["agent"], r["version"], r["state"]) for r in rows] == [
-                (0, 1, "active"),
-                (1, 1, "active"),
-            ]
-            assert {adapter_record(r)["source"] for r in rows} == {"shipped"}
-            assert register_shipped(db, model_path, shipped) == []  # not a new installation
-            names = ensure_loaded(db, policy, 2)
-        assert names == ["agent0-v1", "agent1-v1"]
-        base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
-        answers = [policy.generate([Request(PROMPT, adapter=n, max_tokens=12)])[0] for n in names]
-        assert [a.adapter for a in answers] == names
-        assert base not in {a.text for a in answers}, "the shipped adapters changed nothing"
-        with store.open_db(home / "coteam.db") as db:  # the base team is one rollback away
-            rollback(db, policy, 0)
-            assert ensure_loaded(db, policy, 2) == [None, "agent1-v1"]
-    finally:
-        for name in set(policy.list_adapters()) - before:  # the shared server as we found it
-            policy.unload_adapter(name)
+    with store.open_db(home / "coteam.db") as db:
+        rows = register_shipped(db, model_path, shipped)
+        assert [(r["agent"], r["version"], r["state"]) for r in rows] == [
+            (0, 1, "active"),
+            (1, 1, "active"),
+        ]
+        assert {adapter_record(r)["source"] for r in rows} == {"shipped"}
+        assert register_shipped(db, model_path, shipped) == []  # not a new installation
+        names = ensure_loaded(db, policy, 2)
+    assert names == ["agent0-v1", "agent1-v1"]
+    base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
+    answers = [policy.generate([Request(PROMPT, adapter=n, max_tokens=12)])[0] for n in names]
+    assert [a.adapter for a in answers] == names
+    assert base not in {a.text for a in answers}, "the shipped adapters changed nothing"
+    with store.open_db(home / "coteam.db") as db:  # the base team is one rollback away
+        rollback(db, policy, 0)
+        assert ensure_loaded(db, policy, 2) == [None, "agent1-v1"]
 
 
 def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
