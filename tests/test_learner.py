@@ -275,8 +275,8 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
     scored by the long-form reward; a rating of one co-written article counts; every writer
     gets a candidate, and the gate decides on the set's own validation articles."""
     db_path = home / "coteam.db"
-    task = split_tasks("longform", "train")[0]
-    result = run_episode(task, policy, agents=4, sampling=Sampling(max_tokens=32), db=db_path)
+    train = split_tasks("longform", "train")
+    result = run_episode(train[0], policy, agents=4, sampling=Sampling(max_tokens=32), db=db_path)
     with store.open_db(db_path) as db:
         store.add_rating(db, result.episode_id, "thumbs", value=1)
     learner = run_train(
@@ -298,7 +298,7 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
     assert run["state"] == "ok" and step["ratings_learnt"] == 1 and step["samples"] == 2
     sampled = [e for e in episodes if e["group_id"]]
     assert len(sampled) == 2 and {e["task"]["source_id"] for e in sampled} <= {
-        t.source_id for t in split_tasks("longform", "train")
+        t.source_id for t in train
     }
     assert all(len({t["agent"] for t in e["turns"]}) == 4 for e in sampled)  # every writer wrote
     assert {"redundancy", "structure", "coverage"} <= scored  # the long-form reward scored them
