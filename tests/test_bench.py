@@ -6,6 +6,7 @@ them silently: `bench/ratings.py` once imported a function that had moved to `ag
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,22 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("the rater's arm against the control's") == len(runs)
     assert png.stat().st_size > 10_000
+
+
+def test_the_writing_raters_taste_is_checkable():
+    """`bench/ratings.py --task summary`: the simulated rater prefers writing that says who said
+    it, and nothing else counts as that."""
+    spec = importlib.util.spec_from_file_location("ratings_bench", BENCH / "ratings.py")
+    ratings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ratings)
+    attributed = ratings.PROPERTIES["summary"]["attributed"]
+    assert attributed("Police said he had walked bare-chested for about two miles.")
+    assert attributed("The detective told reporters little.")
+    assert attributed('He would have "been very distinctive", the appeal read.')
+    assert attributed("According to the council, the road reopens in May.")
+    assert not attributed("Ron Strathdee photographed the Northern Lights over Peel Hill.")
+    assert not attributed('A sign marked "no" stood at the gate.')  # a quoted word, no speaker
+    assert not attributed("The saying goes that the sayings are old.")  # not a word of reporting
+    second_person = ratings.PROPERTIES["summary"]["second-person"]
+    assert second_person("If you live nearby, your road may close.")
+    assert not second_person("Residents nearby may see their road close.")
