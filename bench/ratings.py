@@ -376,7 +376,7 @@ def report(figures: dict) -> str:
 
 def run_label(figures: dict) -> str:
     return (
-        f"N = {figures['ratings']}\nw_h {figures['human_weight']}"
+        f"{figures['property']}, N = {figures['ratings']}\nw_h {figures['human_weight']}"
         f"{' by skill' if 'human_full_skill' in figures else ''}, "
         f"{figures['steps']} steps of G = {figures['group_size']}"
     )
@@ -392,7 +392,8 @@ def plot(runs: list[dict], path: str) -> None:
 
     labels = ["before (base)"] + [f"after, rater {rater}" for rater in ARMS]
     fig, axes = plt.subplots(1, 2, figsize=(4 + 3 * len(runs), 3.4), dpi=100, sharey=True)
-    metrics = (("property", runs[0]["property"]), ("pass", "pass@1"))
+    properties = sorted({figures["property"] for figures in runs})
+    metrics = (("property", " / ".join(properties)), ("pass", "pass@1"))
     width = 0.8 / len(labels)
     for ax, (key, title) in zip(axes, metrics, strict=True):
         for x, figures in enumerate(runs):
