@@ -287,8 +287,12 @@ def experiment(client, model_path, home: Path, args) -> dict:
                       agents=AGENTS, **checker)
         )  # fmt: skip
 
-    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # the tasks the run trains on
-        pairs = list(pool.map(pair, split_tasks(args.task, "train")[: args.ratings]))
+    rated = split_tasks(args.task, "train")[: args.ratings]  # the tasks the retrain trains on
+    if len(rated) < args.ratings:
+        print(f"--ratings {args.ratings}: the {args.task} training split has {len(rated)} tasks, "
+              f"one A/B pair each", flush=True)  # fmt: skip
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        pairs = list(pool.map(pair, rated))
     print(f"sampled {len(pairs)} A/B pairs, {time.perf_counter() - t0:.0f} s", flush=True)
 
     arms = {}
