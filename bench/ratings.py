@@ -139,13 +139,20 @@ def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
     return "tie" if a == b else ("left" if a else "right")
 
 
+def team(args) -> dict:
+    """The team the experiment rates, as `run_episode` takes it: two agents in parallel; a
+    coding team's program is checked by its tests in the sandbox."""
+    return dict(shape="parallel", agents=AGENTS) | (
+        {"checker": sandbox_check} if args.task == "coding" else {}
+    )
+
+
 def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
     """The team's answers to the held-out tasks, --concurrency tasks at a time: for each, the
-    share of answers that have the property and that pass (all asserts, in the sandbox). One
-    greedy answer with --samples 1, else --samples answers sampled at T = 0.8."""
-    settings = dict(shape="parallel", agents=AGENTS, adapters=adapters, db=db_path)
-    if args.task == "coding":
-        settings["checker"] = sandbox_check
+    share of answers that have the property and that pass (coding: all asserts, in the
+    sandbox; writing: the environment's success). One greedy answer with --samples 1, else
+    --samples answers sampled at T = 0.8."""
+    settings = team(args) | dict(adapters=adapters, db=db_path)
 
     def one(task) -> dict:
         if args.samples == 1:
@@ -279,13 +286,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
 
     sampling = Sampling(max_tokens=args.max_tokens)  # T = 0.8, as the page samples A/B pairs
 
-    checker = {"checker": sandbox_check} if args.task == "coding" else {}
-
     def pair(task) -> tuple:  # an A/B pair per task, as the page's A/B mode makes them
-        return tuple(
-            run_group(task, client, 2, db=shared, sampling=sampling, shape="parallel",
-                      agents=AGENTS, **checker)
-        )  # fmt: skip
+        return tuple(run_group(task, client, 2, db=shared, sampling=sampling, **team(args)))
 
     rated = split_tasks(args.task, "train")[: args.ratings]  # the tasks the retrain trains on
     if len(rated) < args.ratings:
