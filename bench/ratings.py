@@ -76,10 +76,10 @@ from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.parsing import parse  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
 from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
+from learner.evaluate import episode_metrics  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
 from learner.reward_config import RewardWeights  # noqa: E402
-from learner.rewards import score_episode  # noqa: E402
 from learner.train import TrainArgs, train  # noqa: E402
 from learner.writing_reward import SECOND_PERSON  # noqa: E402
 
@@ -165,11 +165,8 @@ def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
             results = run_group(task, client, args.samples, sampling=sampling, **settings)
         props, passes = [], []
         for result in results:
-            if args.task == "coding":  # the sandbox's report, never the program's
-                report = score_episode(result, db=db_path).report
-                passes.append(bool(report and report.total and report.passed == report.total))
-            else:  # the environment's success, as `coteam eval` counts a writing pass
-                passes.append(result.success)
+            # pass as `coteam eval` counts it (coding: the sandbox's report, never the program's)
+            passes.append(episode_metrics(result, db=db_path)["pass"])
             props.append(has(result.output))
         return {"property": sum(props) / len(props), "pass": sum(passes) / len(passes)}
 
