@@ -1,6 +1,13 @@
-"""Do ratings change the team? A simulated rater with a checkable taste rates A/B pairs through
-the store API the page uses, the learner retrains (its preference model learns from those
-ratings and scores every rollout), and held-out prompts are answered before and after.
+"""Do ratings change the team? A simulated rater with a checkable taste rates A/B pairs (or
+single answers, with thumbs) through the store API the page uses, the learner retrains (its
+preference model learns from those ratings and scores every rollout), and held-out prompts are
+answered before and after.
+
+    rating ab       (default) N A/B pairs, one per training task, as the page's A/B mode: the
+                    rater picks the answer with the property, a tie when both or neither have it
+    rating thumbs   N answers, one per training task, each given a thumb: up with the property,
+                    down without (the control: a coin flip); every rating says something, where
+                    most A/B pairs of a property that one answer in three has are ties
 
     rater prefers   prefers the program that has the property; a tie when both or neither do
     rater none      the control: a coin flip, no preference
@@ -38,7 +45,7 @@ update: the groups whose samples differ in the property, and the preference term
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
 Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated] [--task coding|summary]
-                               [--property NAME] [--ratings 4] [--held-out 4]
+                               [--property NAME] [--rating ab|thumbs] [--ratings 4] [--held-out 4]
                                [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
@@ -139,6 +146,13 @@ def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
     return "tie" if a == b else ("left" if a else "right")
 
 
+def thumb(rater: str, has, output: str, rng: random.Random) -> int:
+    """The simulated rater's thumb on one answer: +1 (up) or -1 (down)."""
+    if rater == "none":
+        return rng.choice([1, -1])
+    return 1 if has(output) else -1
+
+
 def team(args) -> dict:
     """The team the experiment rates, as `run_episode` takes it: two agents in parallel; a
     coding team's program is checked by its tests in the sandbox."""
@@ -189,16 +203,27 @@ def copy_db(source: Path, dest: Path) -> None:
         db.conn.backup(out)
 
 
-def rate(db_path: Path, pairs, rater: str, has, seed: int) -> dict:
-    """The simulated rater's A/B votes on the pairs, through `store.add_rating` (the page's)."""
-    rng, votes = random.Random(seed), {"left": 0, "right": 0, "tie": 0}
+def rate(db_path: Path, rated, rater: str, has, seed: int) -> dict:
+    """The simulated rater's ratings through `store.add_rating` (the page's): an A/B vote on
+    each pair, or a thumb on each single answer; the count of each choice."""
+    rng, votes = random.Random(seed), {}
     with store.open_db(db_path) as db:
-        for left, right in pairs:
-            choice = vote(rater, has, left.output, right.output, rng)
-            votes[choice] += 1
-            store.add_rating(
-                db, left.episode_id, "pairwise", choice=choice, other_episode_id=right.episode_id
-            )
+        for answers in rated:
+            if len(answers) == 2:
+                left, right = answers
+                choice = vote(rater, has, left.output, right.output, rng)
+                store.add_rating(
+                    db,
+                    left.episode_id,
+                    "pairwise",
+                    choice=choice,
+                    other_episode_id=right.episode_id,
+                )
+            else:
+                value = thumb(rater, has, answers[0].output, rng)
+                store.add_rating(db, answers[0].episode_id, "thumbs", value=value)
+                choice = "up" if value > 0 else "down"
+            votes[choice] = votes.get(choice, 0) + 1
     return votes
 
 
@@ -283,16 +308,19 @@ def experiment(client, model_path, home: Path, args) -> dict:
 
     sampling = Sampling(max_tokens=args.max_tokens)  # T = 0.8, as the page samples A/B pairs
 
-    def pair(task) -> tuple:  # an A/B pair per task, as the page's A/B mode makes them
-        return tuple(run_group(task, client, 2, db=shared, sampling=sampling, **team(args)))
+    answers = 2 if args.rating == "ab" else 1
+    what = "A/B pairs" if args.rating == "ab" else "answers to thumb"
 
-    rated = split_tasks(args.task, "train")[: args.ratings]  # the tasks the retrain trains on
-    if len(rated) < args.ratings:
-        print(f"--ratings {args.ratings}: the {args.task} training split has {len(rated)} tasks, "
-              f"one A/B pair each", flush=True)  # fmt: skip
+    def sample(task) -> tuple:  # as the page samples them: an A/B pair, or one answer
+        return tuple(run_group(task, client, answers, db=shared, sampling=sampling, **team(args)))
+
+    tasks = split_tasks(args.task, "train")[: args.ratings]  # the tasks the retrain trains on
+    if len(tasks) < args.ratings:
+        print(f"--ratings {args.ratings}: the {args.task} training split has {len(tasks)} tasks, "
+              f"one rating each", flush=True)  # fmt: skip
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-        pairs = list(pool.map(pair, rated))
-    print(f"sampled {len(pairs)} A/B pairs, {time.perf_counter() - t0:.0f} s", flush=True)
+        rated = list(pool.map(sample, tasks))
+    print(f"sampled {len(rated)} {what}, {time.perf_counter() - t0:.0f} s", flush=True)
 
     arms = {}
     for rater in raters:
@@ -300,7 +328,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         os.environ["COTEAM_HOME"] = str(arm_home)  # its own adapter registry and runs
         db_path = arm_home / "coteam.db"
         copy_db(shared, db_path)
-        votes = {} if rater == "unrated" else rate(db_path, pairs, rater, has, args.seed)
+        votes = {} if rater == "unrated" else rate(db_path, rated, rater, has, args.seed)
         with store.open_db(db_path) as db:
             since = store.count_episodes(db)
         names, preference = retrain(client, model_path, db_path, args)
@@ -314,7 +342,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
     return {
         "task": args.task,
         "property": args.property,
-        "ratings": len(pairs),
+        "ratings": len(rated),
+        "rating": args.rating,
         "held_out": len(held_out),
         "samples": args.samples,
         "steps": args.steps,
@@ -329,12 +358,17 @@ def experiment(client, model_path, home: Path, args) -> dict:
     }
 
 
+def rating_kind(figures: dict) -> str:
+    return {"ab": "A/B", "thumbs": "thumbs"}[figures.get("rating", "ab")]  # earlier runs: A/B
+
+
 def report(figures: dict) -> str:
     """Each arm before → after; after both retrains, the rater's arm against the control's and
     the control's against the unrated one (where the run has them)."""
     before, arms = figures["before"], figures["arms"]
     lines = [
-        f"{figures['property']}: N = {figures['ratings']} ratings, {figures['steps']} step(s), "
+        f"{figures['property']}: N = {figures['ratings']} {rating_kind(figures)} ratings, "
+        f"{figures['steps']} step(s), "
         f"{figures['held_out']} held-out prompts x {figures['samples']} answer(s), "
         f"{figures['seconds']} s"
     ]
@@ -379,7 +413,8 @@ def report(figures: dict) -> str:
 
 def run_label(figures: dict) -> str:
     return (
-        f"{figures['property']}, N = {figures['ratings']}\nw_h {figures['human_weight']}"
+        f"{figures['property']}, N = {figures['ratings']} {rating_kind(figures)}\n"
+        f"w_h {figures['human_weight']}"
         f"{' by skill' if 'human_full_skill' in figures else ''}, "
         f"{figures['steps']} steps of G = {figures['group_size']}"
     )
@@ -430,7 +465,10 @@ def main() -> None:
         choices=sorted({name for named in PROPERTIES.values() for name in named}),
         help="what the rater prefers (coding: commented, the default; summary: attributed)",
     )
-    parser.add_argument("--ratings", type=int, default=4, help="N: A/B pairs rated")
+    parser.add_argument("--ratings", type=int, default=4, help="N: ratings, one per task")
+    parser.add_argument(
+        "--rating", choices=["ab", "thumbs"], default="ab", help="what the rater gives"
+    )
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
     parser.add_argument(
         "--samples", type=int, default=1, help="answers per prompt (1: greedy; more: T = 0.8)"
