@@ -7,6 +7,7 @@ them silently: `bench/ratings.py` once imported a function that had moved to `ag
 from __future__ import annotations
 
 import importlib.util
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -50,12 +51,17 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
     assert png.stat().st_size > 10_000
 
 
-def test_the_writing_raters_taste_is_checkable():
-    """`bench/ratings.py --task summary`: the simulated rater prefers writing that says who said
-    it, and nothing else counts as that."""
+def ratings_bench():
     spec = importlib.util.spec_from_file_location("ratings_bench", BENCH / "ratings.py")
     ratings = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ratings)
+    return ratings
+
+
+def test_the_writing_raters_taste_is_checkable():
+    """`bench/ratings.py --task summary`: the simulated rater prefers writing that says who said
+    it, and nothing else counts as that."""
+    ratings = ratings_bench()
     attributed = ratings.PROPERTIES["summary"]["attributed"]
     assert attributed("Police said he had walked bare-chested for about two miles.")
     assert attributed("The detective told reporters little.")
@@ -67,3 +73,15 @@ def test_the_writing_raters_taste_is_checkable():
     second_person = ratings.PROPERTIES["summary"]["second-person"]
     assert second_person("If you live nearby, your road may close.")
     assert not second_person("Residents nearby may see their road close.")
+
+
+def test_the_thumbs_rater_thumbs_up_its_taste_and_the_control_flips_a_coin():
+    """`bench/ratings.py --rating thumbs`: the rater's thumb follows the property alone; the
+    control's does not depend on the text."""
+    ratings = ratings_bench()
+    attributed, rng = ratings.PROPERTIES["summary"]["attributed"], random.Random(0)
+    said, plain = "Police said the road reopens.", "The road reopens."
+    assert [ratings.thumb("prefers", attributed, t, rng) for t in (said, plain)] == [1, -1]
+    for text in (said, plain):
+        coin = [ratings.thumb("none", attributed, text, rng) for _ in range(40)]
+        assert set(coin) == {1, -1}
