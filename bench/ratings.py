@@ -136,6 +136,8 @@ PROPERTIES = {
     "summary": {"attributed": attributed, "second-person": second_person},
 }
 ARMS = ["prefers", "none", "unrated"]  # the rater, the coin-flip control, no ratings
+# what the rater gives (--rating): answers sampled per rated task, and the name in reports
+RATING_KINDS = {"ab": (2, "A/B"), "thumbs": (1, "thumbs")}
 
 
 def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
@@ -308,8 +310,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
 
     sampling = Sampling(max_tokens=args.max_tokens)  # T = 0.8, as the page samples A/B pairs
 
-    answers = 2 if args.rating == "ab" else 1
-    what = "A/B pairs" if args.rating == "ab" else "answers to thumb"
+    answers, label = RATING_KINDS[args.rating]
 
     def sample(task) -> tuple:  # as the page samples them: an A/B pair, or one answer
         return tuple(run_group(task, client, answers, db=shared, sampling=sampling, **team(args)))
@@ -320,7 +321,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
               f"one rating each", flush=True)  # fmt: skip
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         rated = list(pool.map(sample, tasks))
-    print(f"sampled {len(rated)} {what}, {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"sampled {answers} answer(s) for each of {len(rated)} {label} ratings, "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 
     arms = {}
     for rater in raters:
@@ -359,7 +361,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
 
 
 def rating_kind(figures: dict) -> str:
-    return {"ab": "A/B", "thumbs": "thumbs"}[figures.get("rating", "ab")]  # earlier runs: A/B
+    return RATING_KINDS[figures.get("rating", "ab")][1]  # earlier runs: A/B
 
 
 def report(figures: dict) -> str:
@@ -467,7 +469,7 @@ def main() -> None:
     )
     parser.add_argument("--ratings", type=int, default=4, help="N: ratings, one per task")
     parser.add_argument(
-        "--rating", choices=["ab", "thumbs"], default="ab", help="what the rater gives"
+        "--rating", choices=list(RATING_KINDS), default="ab", help="what the rater gives"
     )
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
     parser.add_argument(
