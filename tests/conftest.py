@@ -5,6 +5,7 @@ Every test that uses the real model (`model_path`, `vllm_server`, `policy`) must
 `integration` marker: collection stops with the list of those that don't."""
 
 import os
+from contextlib import contextmanager
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -52,6 +53,20 @@ def vllm_server(model_path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def policy(vllm_server):
     return PolicyClient(vllm_server.url, api_key=vllm_server.api_key)
+
+
+@contextmanager
+def adapters_as_found(server: VLLMServer, policy: PolicyClient):
+    """Leaves the shared server's adapters as it found them: what the block loaded is unloaded.
+    The tests' databases each have their own version 1 of an agent, and a server that serves one
+    database's `agent0-v1` rightly refuses another's under that name (`learner.registry`)."""
+    before = set(policy.list_adapters())
+    try:
+        yield
+    finally:
+        if server.healthy():
+            for name in set(policy.list_adapters()) - before:
+                policy.unload_adapter(name)
 
 
 REAL_MODEL_FIXTURES = {"model_path", "vllm_server", "policy"}

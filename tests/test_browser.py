@@ -20,6 +20,7 @@ import store
 from agents.models import model_provenance
 from agents.server import free_port
 from learner.registry import CARD, SHIPPED
+from tests.conftest import adapters_as_found
 
 pytestmark = pytest.mark.integration
 
@@ -84,13 +85,10 @@ class App:
 
 @pytest.fixture(scope="module")
 def app(vllm_server, policy, model_path, tmp_path_factory):
-    before = set(policy.list_adapters())
-    app = App(vllm_server.url, model_path, tmp_path_factory.mktemp("home"), PASSWORD)
-    yield app
-    app.stop()
-    if vllm_server.healthy():  # leave the shared server as we found it
-        for name in set(policy.list_adapters()) - before:
-            policy.unload_adapter(name)
+    with adapters_as_found(vllm_server, policy):
+        app = App(vllm_server.url, model_path, tmp_path_factory.mktemp("home"), PASSWORD)
+        yield app
+        app.stop()
 
 
 @pytest.fixture(scope="module")

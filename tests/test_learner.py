@@ -18,6 +18,7 @@ from agents.tasks import split_tasks
 from agents.team import Sampling, run_episode
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
 from learner.train import TrainArgs, training_tasks
+from tests.conftest import adapters_as_found
 from tests.lora import train_lora
 
 pytestmark = pytest.mark.integration
@@ -26,14 +27,10 @@ PROMPT = [{"role": "user", "content": "Name one primary colour. Answer in one wo
 
 
 @pytest.fixture(autouse=True)
-def server_as_found(policy):
-    """Each test leaves the shared server's adapters as it found them: the tests' databases
-    each have their own version 1 of an agent, and a server that serves one database's
-    `agent0-v1` rightly refuses another's under that name (learner.registry.load_version)."""
-    before = set(policy.list_adapters())
-    yield
-    for name in set(policy.list_adapters()) - before:
-        policy.unload_adapter(name)
+def server_as_found(vllm_server, policy):
+    """Each test leaves the shared server's adapters as it found them."""
+    with adapters_as_found(vllm_server, policy):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from agents.models import model_provenance
 from agents.tasks import humaneval_task, xsum_tasks
 from agents.team import Sampling, run_episode
 from learner.registry import CARD, SHIPPED
+from tests.conftest import adapters_as_found
 
 pytestmark = pytest.mark.integration
 
@@ -92,8 +93,7 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     trained_on_this = card and card["base_model"]["sha256"] == (
         model_provenance(model_path) or {}
     ).get("sha256")
-    before = set(policy.list_adapters())
-    try:
+    with adapters_as_found(vllm_server, policy):
         done = subprocess.run(
             [*command, "--turns", "2", "--greedy", "--max-tokens", "160"],
             capture_output=True, text=True, timeout=600, env=env,
@@ -104,9 +104,6 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
             capture_output=True, text=True, timeout=600, env=env,
         )  # fmt: skip
         assert base.returncode == 0, base.stderr
-    finally:
-        for name in set(policy.list_adapters()) - before:  # the shared server as we found it
-            policy.unload_adapter(name)
     assert json.loads(base.stdout)["agents"][0]["adapter"] is None
     summary = json.loads(done.stdout)
     assert summary["shape"] == "single" and summary["task"]["source_id"] == "HumanEval/2"
