@@ -282,6 +282,19 @@ TEAMMATES_DRAFTS = (
     "your whole part again."
 )
 TEAMMATE_PART = "[{title}]\n{text}"
+# A small model sometimes goes on past its answer into a copy of the frames it was shown ("Feedback
+# on the team's result: ..." inside a rewritten section, 14 of 44 second-turn long-form replies
+# in one evaluation): its reply ends where it begins one of these headers.
+FRAME_HEADERS = tuple(  # each header with its line's end, as the frame writes it
+    frame.split("\n", 1)[0] + "\n"
+    for frame in (PREVIOUS_ANSWER, FEEDBACK, TEAMMATES_BEFORE, OWN_DRAFT, TEAMMATES_DRAFTS)
+)
+
+
+def frame_echo(text: str) -> int | None:
+    """Where `text` begins to copy one of the environment's frame headers, or None."""
+    cuts = [at for at in (text.find(header) for header in FRAME_HEADERS) if at >= 0]
+    return min(cuts) if cuts else None
 
 
 @dataclass(frozen=True)

@@ -61,11 +61,12 @@ from agents.roles import (
     TEAMMATES_DRAFTS,
     Role,
     fill,
+    frame_echo,
     team_roles,
     token_share,
 )
 from agents.tasks import Task, save_task
-from agents.writer import continuing, go_on, without_stray_hash
+from agents.writer import continuing, earliest, go_on, without_stray_hash
 
 Event = dict[str, Any]
 
@@ -194,7 +195,10 @@ def act(team: Team, view: View) -> dict:
     begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
     long_form = team.task.form == "longform"
     outline = outline_of(team.task) if long_form else []
-    stop_when = writer_stop(outline, team.roles[agent].sections) if long_form else None
+    # a long-form writer stops at a teammate's section or a loop; any reply, where it copies
+    # one of the frames of its view (its last answer, the feedback, teammates' drafts)
+    writer = writer_stop(outline, team.roles[agent].sections) if long_form else None
+    stop_when = earliest(writer, frame_echo)
     request = Request(
         messages=view["messages"],
         adapter=team.adapters[agent],

@@ -34,6 +34,19 @@ def continuing(stop_when: StopWhen | None, before: str) -> StopWhen | None:
     return stop
 
 
+def earliest(*stops: StopWhen | None) -> StopWhen | None:
+    """One stop from several: the text ends at the first cut any of them makes."""
+    given = [stop for stop in stops if stop is not None]
+    if len(given) < 2:
+        return given[0] if given else None
+
+    def stop(text: str) -> int | None:
+        cuts = [cut for cut in (s(text) for s in given) if cut is not None]
+        return min(cuts) if cuts else None
+
+    return stop
+
+
 def without_stray_hash(request: Request, completion: Completion, text: str) -> str:
     if request.stop and completion.finish_reason == "stop":
         # stopped at a teammate's heading: the heading's first `#` may be in the text already

@@ -9,9 +9,10 @@ import pytest
 import store
 from agents.feedback import CodeCheck
 from agents.policy import PolicyError
-from agents.roles import SHAPES, load_prompts, role_names, team_roles
+from agents.roles import SHAPES, frame_echo, load_prompts, role_names, team_roles
 from agents.tasks import humaneval_task, writing_prompt_task, xsum_tasks
 from agents.team import GREEDY, Sampling, build_graph, make_team, run_episode, run_group
+from agents.writer import earliest
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 CODING = humaneval_task(0)
@@ -191,6 +192,39 @@ def test_writing_feedback_notes_length(tmp_path):
     assert "Your section has 35 words; aim for 60-200." in body_second
     intro_second = policy.requests[2].messages[1]["content"]
     assert "Nothing to fix in your part" in intro_second
+
+
+def test_a_reply_that_copies_its_views_frames_ends_where_the_copy_begins(tmp_path):
+    """A small model that goes on past its rewritten section into a copy of the feedback it was
+    shown (seen in 14 of 44 second-turn long-form replies) has its reply cut there."""
+    echo = "\n\nFeedback on the team's result:\nYour section has 35 words; aim for 60-200."
+
+    def respond(request):
+        if "Feedback on the team's result" in request.messages[1]["content"]:
+            return "Tea is a drink." + echo
+        return prose_reply(request)
+
+    result, policy, _ = run(
+        writing_prompt_task("Write about tea."), "parallel", 2, tmp_path, respond=respond, turns=2
+    )
+    assert result.turns == 2 and len(policy.requests) == 4
+    for step in result.final_steps():
+        assert step["turn"] == 1 and "Feedback" not in step["text"]
+        # cut at the last whole piece (a token, for the server) before the copy
+        assert step["text"].startswith("Tea is a drink") and "Your section" not in step["text"]
+        assert step["finish_reason"] == "stop"
+    assert "Feedback" not in result.output
+
+
+def test_frame_echo_and_earliest_stop():
+    assert frame_echo("Tea is good.\nYour answer last turn:\nTea.") == len("Tea is good.\n")
+    assert frame_echo("Your first draft: is what I keep.") is None  # a header ends with its line
+    assert frame_echo("A section with no copy.") is None
+    at_five = lambda text: 5 if len(text) > 5 else None  # noqa: E731
+    stop = earliest(None, at_five, frame_echo)
+    assert stop("abc") is None and stop("abcdefgh") == 5
+    assert stop("ab\nYour first draft:\nx") == 3
+    assert earliest(None, None) is None and earliest(None, frame_echo) is frame_echo
 
 
 def test_sampling_settings_reach_the_requests(tmp_path):
