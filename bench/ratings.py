@@ -416,9 +416,9 @@ def report(figures: dict) -> str:
 def run_label(figures: dict) -> str:
     return (
         f"{figures['property']}, N = {figures['ratings']} {rating_kind(figures)}\n"
-        f"w_h {figures['human_weight']}"
-        f"{' by skill' if 'human_full_skill' in figures else ''}, "
-        f"{figures['steps']} steps of G = {figures['group_size']}"
+        f"{figures['steps']} steps of G = {figures['group_size']}, w_h {figures['human_weight']}"
+        f"{' by skill' if 'human_full_skill' in figures else ''}\n"
+        f"{figures['held_out']} prompts x {figures['samples']} answer(s)"
     )
 
 
@@ -431,7 +431,7 @@ def plot(runs: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     labels = ["before (base)"] + [f"after, rater {rater}" for rater in ARMS]
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 3 * len(runs), 3.4), dpi=100, sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(4 + 3.6 * len(runs), 3.6), dpi=100, sharey=True)
     properties = sorted({figures["property"] for figures in runs})
     metrics = (("property", " / ".join(properties)), ("pass", "pass@1"))
     width = 0.8 / len(labels)
@@ -449,7 +449,6 @@ def plot(runs: list[dict], path: str) -> None:
         ax.grid(axis="y", alpha=0.3)
     legend = dict(zip(*reversed(axes[0].get_legend_handles_labels()), strict=True))  # one each
     axes[0].legend(legend.values(), legend.keys(), fontsize=8)
-    fig.suptitle(f"{runs[0]['held_out']} held-out prompts x {runs[0]['samples']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
