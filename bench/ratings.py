@@ -243,7 +243,7 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
             max_new_tokens=args.max_tokens,
             learning_rate=args.learning_rate,
         ),
-        weights=RewardWeights(human=args.human_weight),
+        weights=RewardWeights(human=args.human_weight, human_full_skill=args.human_full_skill),
     )
     outcome = train(train_args, client, model_path, db_path)
     with store.open_db(db_path) as db:
@@ -352,7 +352,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         "group_size": args.group_size,
         "learning_rate": args.learning_rate,
         "human_weight": args.human_weight,
-        "human_full_skill": RewardWeights.human_full_skill,  # w_h grows with the model's skill
+        "human_full_skill": args.human_full_skill,  # w_h grows with the model's skill
         "prompts": [task.source_id for task in held_out],
         "before": before,
         "arms": arms,
@@ -488,6 +488,12 @@ def main() -> None:
         type=float,
         default=RewardWeights.human,
         help="w_h of the blend once the preference model's skill reaches human_full_skill",
+    )
+    parser.add_argument(
+        "--human-full-skill",
+        type=float,
+        default=RewardWeights.human_full_skill,
+        help="the preference model's skill at which its weight reaches --human-weight",
     )
     parser.add_argument("--seed", type=int, default=0, help="the control rater's coin flips")
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
