@@ -26,7 +26,7 @@ from agents.feedback import sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, run_episode
-from learner.registry import adapter_name, load_version, promote, serving_adapters
+from learner.registry import adapter_name, ensure_loaded, load_version, promote
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import score_episode
 
@@ -207,7 +207,7 @@ def gate(
     settings = settings or GateSettings()
     settings.check()
     with store.open_db(db_path) as db:
-        active = serving_adapters(db, agents)
+        active = ensure_loaded(db, client, agents)
         rows = {agent: store.get_adapter(db, agent, v) for agent, v in candidates.items()}
     for agent, row in rows.items():
         load_version(client, adapter_name(agent, row["version"]), row["path"])

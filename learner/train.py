@@ -50,7 +50,7 @@ from learner.magrpo import (
 )
 from learner.preference import PreferenceModel, load_preference_model
 from learner.promotion import GateSettings
-from learner.registry import adapter_name, publish_candidate, serving_adapters
+from learner.registry import adapter_name, ensure_loaded, publish_candidate
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
@@ -182,7 +182,7 @@ def train(
     # a unique name: a server shared with other databases may know "run-1" already
     scratch = runs_dir(db_path) / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
     with store.open_db(db_path) as db:
-        start_names = serving_adapters(db, args.agents)
+        start_names = ensure_loaded(db, client, args.agents)  # a new server has none loaded
         active = store.active_adapters(db)
     start_from = {agent: row["path"] for agent, row in active.items() if agent < args.agents}
     if resumed:

@@ -16,6 +16,7 @@ from agents.models import model_provenance
 from agents.policy import PolicyError, Request
 from agents.tasks import split_tasks
 from agents.team import Sampling, run_episode
+from app.commands_train import adapter_record
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
 from learner.train import TrainArgs, training_tasks
 from tests.conftest import adapters_as_found
@@ -150,7 +151,6 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
 
     from safetensors.torch import load_file
 
-    from app.commands_train import adapter_record
     from learner.registry import CARD, register_shipped
 
     trainer = tmp_path / "trainer"  # the installation that trained the team
@@ -201,9 +201,10 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
 def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     vllm_server, policy, model_path, home
 ):
-    """A tiny real run of two-turn episodes (the tests' feedback between them): rated episodes
-    and sampled groups, steps with rewards, every turn's calls trained, a curve, candidates, and
-    the gate's decision."""
+    """A tiny real run of two-turn episodes (the tests' feedback between them) on a new
+    installation: it trains on from the shipped team (registered as version 1 and loaded into a
+    server that had never served it); rated episodes and sampled groups, steps with rewards,
+    every turn's calls trained, a curve, candidates, and the gate's decision."""
     db_path = home / "coteam.db"
     task = training_tasks(TrainArgs(task_limit=2))[0]  # people rated two answers to one task
     for score in (5, 1):
@@ -217,6 +218,7 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     out, _ = learner.communicate(timeout=1800)
     assert learner.returncode == 0, out
     assert "step 1: mean joint reward" in out and "step 2: mean joint reward" in out
+    assert "agent 1: the shipped trained adapter is version 1; training goes on from it" in out
     with store.open_db(db_path) as db:
         [run] = store.list_training_runs(db)
         assert run["state"] == "ok" and len(run["metrics"]["history"]) == 2
@@ -228,9 +230,9 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
         rewarded = db.execute("SELECT count(DISTINCT episode_id) FROM rewards").fetchone()[0]
         episodes = store.get_episodes(db, [e["id"] for e in store.list_episodes(db, limit=1000)])
-    # step 2 samples with step 1's scratch adapters (no registered version, not the base model)
-    # when step 1 updated them; a step without signal (all rewards of each group equal, which
-    # a 2-step run on the untrained model can draw) leaves the base serving, and says so
+    # step 1 samples with the shipped team; step 2 with step 1's scratch adapters (no registered
+    # version) when step 1 updated them; a step without signal (all rewards of each group equal,
+    # which a 2-step run can draw) leaves the shipped team serving, and says so
     scratch = [
         e for e in episodes if any(a and a.startswith("run-") for a in e["params"]["adapters"])
     ]
@@ -241,6 +243,8 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         assert scratch == [], [e["params"]["adapters"] for e in scratch]
     for episode in scratch:
         assert episode["adapter_versions"] == [None, None], episode["params"]["adapters"]
+    shipped = [e for e in episodes if e["params"]["adapters"] == ["agent0-v1", "agent1-v1"]]
+    assert len(shipped) >= 2 and all(e["adapter_versions"] == [1, 1] for e in shipped)
     # a sample that failed its first turn went on with the feedback; every call of every turn
     # (at most one per episode and turn) is trained when its turn's group has signal
     sampled = [e for e in episodes if e["group_id"]]
@@ -256,13 +260,15 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     assert len(liked) >= 2 * 2 and all(0 < v < 1 for (v,) in liked)  # by the people's model too
     assert (home / "runs" / "curves" / f"run-{run['id']}.png").stat().st_size > 1000
     for agent, lineage in rows.items():
-        [row] = lineage
+        first, row = lineage  # the shipped version, and the run's candidate made from it
+        assert adapter_record(first)["source"] == "shipped" and first["version"] == 1
+        assert row["version"] == 2 and row["parent_version"] == 1
         assert row["state"] in ("active", "rejected") and "gate" in row["metrics"]
         assert row["metrics"]["ratings_learnt"] == 2
-        assert (home / "adapters" / f"agent{agent}" / "v1" / "adapter_config.json").is_file()
+        assert (home / "adapters" / f"agent{agent}" / "v2" / "adapter_config.json").is_file()
         if row["state"] == "active":
-            assert adapter_name(agent, 1) in policy.list_adapters()
-    assert run["metrics"]["promoted"] == (rows[0][0]["state"] == "active")
+            assert adapter_name(agent, 2) in policy.list_adapters()
+    assert run["metrics"]["promoted"] == (rows[0][1]["state"] == "active")
 
 
 def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_co_write_ratings(
@@ -302,6 +308,9 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
     gated = [e for e in episodes if not e["group_id"] and e["id"] != result.episode_id]
     assert gated and {e["task"]["source_id"] for e in gated} <= validation
     assert step["calls_trained"] == (2 if step["updated"] else 0)
-    for agent, [row] in rows.items():
+    for agent, lineage in rows.items():  # writers 0 and 1 train on from the shipped team's agents
+        row = lineage[-1]
+        assert [r["version"] for r in lineage] == ([1, 2] if agent < 2 else [1])
         assert row["state"] in ("active", "rejected") and row["metrics"]["gate"]["tasks"] == 1
-        assert (home / "adapters" / f"agent{agent}" / "v1" / "adapter_config.json").is_file()
+        folder = home / "adapters" / f"agent{agent}" / f"v{row['version']}"
+        assert (folder / "adapter_config.json").is_file()
