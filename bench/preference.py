@@ -1,8 +1,9 @@
 """Can the preference model carry a rater's taste into training? Measured on stored episodes.
 
-A simulated rater (bench/ratings.py's: it prefers the program with a checkable property, or
-flips a coin) votes on N A/B pairs of programs of the same task, taken from a store's coding
-episodes (any database: a training run's holds G samples of every task it drew). The
+A simulated rater (bench/ratings.py's: it prefers the answer with a checkable property, or
+flips a coin) votes on N A/B pairs of answers to the same task, taken from a store's coding
+episodes (`--task coding`, programs) or writing episodes (`--task summary`, co-written
+summaries); any database: a training run's holds G samples of every task it drew. The
 preference model (learner/preference.py) is fit on those votes, then scores the episodes of
 other tasks, and this prints:
 
@@ -21,7 +22,8 @@ other tasks, and this prints:
 sentence embedding beside the output's hashed word unigrams and bigrams); --features embedding
 the sentence embedding alone, the φ of earlier runs, to compare.
 
-Usage: python bench/preference.py --db FILE [--rater prefers|none] [--property commented|typed]
+Usage: python bench/preference.py --db FILE [--task coding|summary] [--rater prefers|none]
+                                  [--property commented|typed|attributed|second-person]
                                   [--ratings 20,50,100] [--seed 0] [--features model|embedding]
 """
 
@@ -54,17 +56,19 @@ from learner.preference import (  # noqa: E402
 )
 from store.db import rows  # noqa: E402
 
+KINDS = {"coding": "coding", "summary": "writing"}  # bench/ratings.py's task -> tasks.kind
 
-def episodes_by_task(db_path: str) -> dict[int, list[dict]]:
-    """The store's finished coding episodes with a reward, grouped by task."""
+
+def episodes_by_task(db_path: str, task: str = "coding") -> dict[int, list[dict]]:
+    """The store's finished episodes of `task` with a reward, grouped by task."""
     with store.open_db(db_path) as db:
         found = rows(
             db,
             """SELECT e.task_id, e.final_output AS output, e.reward FROM episodes e
                JOIN tasks t ON t.id = e.task_id
-               WHERE t.kind = 'coding' AND e.status = 'ok' AND e.final_output <> ''
+               WHERE t.kind = :kind AND e.status = 'ok' AND e.final_output <> ''
                  AND e.reward IS NOT NULL""",
-            {},
+            {"kind": KINDS[task]},
         )
     groups: dict[int, list[dict]] = defaultdict(list)
     for r in found:
@@ -88,9 +92,8 @@ FEATURES = {"model": features, "embedding": sentence_embedding}  # the latter: �
 
 
 def measure(
-    groups, fit_tasks, test_tasks, n: int, rater: str, prop: str, seed: int, phi=FEATURES["model"]
+    groups, fit_tasks, test_tasks, n: int, rater: str, has, seed: int, phi=FEATURES["model"]
 ) -> dict:
-    has = PROPERTIES[prop]
     examples = simulated_votes(groups, fit_tasks, n, rater, has, random.Random(seed))
     decisive = sum(p != 0.5 for _, _, p in examples.pairs)
     rows = phi(examples.texts)
@@ -119,9 +122,14 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", required=True, help="a store with coding episodes (G per task)")
+    parser.add_argument("--db", required=True, help="a store with episodes (G per task)")
+    parser.add_argument("--task", choices=sorted(KINDS), default="coding")
     parser.add_argument("--rater", choices=["prefers", "none"], default="prefers")
-    parser.add_argument("--property", choices=sorted(PROPERTIES), default="commented")
+    parser.add_argument(
+        "--property",
+        choices=sorted({p for props in PROPERTIES.values() for p in props}),
+        help="the rater's taste (default: commented for coding, attributed for summary)",
+    )
     parser.add_argument("--ratings", default="20,50,100", help="comma-separated N")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -131,9 +139,14 @@ def main() -> None:
         help="the model's own φ (default: embedding and words), or the embedding alone",
     )
     args = parser.parse_args()
-    groups = episodes_by_task(args.db)
+    args.property = args.property or {"coding": "commented", "summary": "attributed"}[args.task]
+    if args.property not in PROPERTIES[args.task]:
+        parser.error(f"--task {args.task} has the properties {', '.join(PROPERTIES[args.task])}")
+    groups = episodes_by_task(args.db, args.task)
     if len(groups) < 4:
-        parser.error(f"{args.db} has {len(groups)} coding tasks with 2+ episodes; 4 are needed")
+        parser.error(
+            f"{args.db} has {len(groups)} {args.task} tasks with 2+ episodes; 4 are needed"
+        )
     tasks = sorted(groups)
     random.Random(args.seed).shuffle(tasks)
     fit_tasks, test_tasks = tasks[: len(tasks) // 2], tasks[len(tasks) // 2 :]
@@ -152,7 +165,7 @@ def main() -> None:
             test_tasks,
             n,
             args.rater,
-            args.property,
+            PROPERTIES[args.task][args.property],
             args.seed,
             FEATURES[args.features],
         )
