@@ -19,12 +19,14 @@ other tasks, and this prints:
     gap           mean preference term of programs with the property minus those without
 
 --features model uses the preference model's own φ (`learner.preference.features`: the
-sentence embedding beside the output's hashed word unigrams and bigrams); --features embedding
-the sentence embedding alone, the φ of earlier runs, to compare.
+sentence embedding beside the hashed word unigrams and bigrams the output has); --features
+counts the same with the words' counts at unit length (φ until 2026-11-27), --features
+embedding the sentence embedding alone (φ before the words), to compare.
 
 Usage: python bench/preference.py --db FILE [--task coding|summary] [--rater prefers|none]
                                   [--property commented|typed|attributed|second-person]
-                                  [--ratings 20,50,100] [--seed 0] [--features model|embedding]
+                                  [--ratings 20,50,100] [--seed 0]
+                                  [--features model|counts|embedding]
 """
 
 from __future__ import annotations
@@ -77,10 +79,16 @@ def episodes_by_task(db_path: str, task: str = "coding") -> dict[int, list[dict]
 
 
 def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
-    """N A/B votes, each on two programs of one task (tasks drawn in turn, pairs at random)."""
+    """Up to N A/B votes, each on two answers to one task that no other vote shows, as the
+    page's A/B mode samples two fresh answers (tasks in turn, each task's answers paired at
+    random; until 2026-11-27 an answer could be in several pairs, which cross-validation then
+    saw on both sides of a fold)."""
     examples = PreferenceExamples()
-    for k in range(n):
-        left, right = rng.sample(groups[tasks[k % len(tasks)]], 2)
+    shuffled = {t: rng.sample(groups[t], len(groups[t])) for t in tasks}
+    deepest = max(len(answers) for answers in shuffled.values())
+    pairs = [(t, i) for i in range(0, deepest - 1, 2) for t in tasks if i + 1 < len(shuffled[t])]
+    for k, (task, i) in enumerate(pairs[:n]):
+        left, right = shuffled[task][i], shuffled[task][i + 1]
         choice = vote(rater, has, left["output"], right["output"], rng)
         x, y = examples.text_index(left["output"]), examples.text_index(right["output"])
         examples.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[choice]))
@@ -88,7 +96,11 @@ def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
     return examples
 
 
-FEATURES = {"model": features, "embedding": sentence_embedding}  # the latter: φ before the words
+FEATURES = {  # the model's φ, and the φ of earlier runs: with the words' counts, without words
+    "model": features,
+    "counts": lambda texts: features(texts, counts=True),
+    "embedding": sentence_embedding,
+}
 
 
 def measure(
@@ -113,7 +125,7 @@ def measure(
         gap = float(h[labels].mean() - h[~labels].mean())
     auto = np.mean([np.std([e["reward"] for e in groups[t]]) for t in test_tasks])
     return {
-        "ratings": n, "decisive": decisive, "l2": model.l2, "skill": model.skill, "auc": auc,
+        "ratings": len(examples.pairs), "decisive": decisive, "l2": model.l2, "skill": model.skill, "auc": auc,
         "spread": float(np.mean([np.std(h) for h in liked])),
         "sigma_spread": float(np.mean([np.std(h) for h in sigma])),
         "auto_spread": float(auto), "gap": gap, "with_property": float(labels.mean()),
@@ -136,7 +148,8 @@ def main() -> None:
         "--features",
         choices=sorted(FEATURES),
         default="model",
-        help="the model's own φ (default: embedding and words), or the embedding alone",
+        help="the model's own φ (default: embedding and words present), the words' counts "
+        "instead, or the embedding alone",
     )
     args = parser.parse_args()
     args.property = args.property or {"coding": "commented", "summary": "attributed"}[args.task]

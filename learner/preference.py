@@ -5,9 +5,12 @@ directly (the store keeps neither the sampling log-probs nor the finish reason, 
 importance weight against the producing policy cannot be computed). Instead a small
 Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's features φ(x)
 (`features`): its sentence embedding (all-MiniLM-L6-v2, `learner.writing_reward.embed_texts`)
-beside its words (word unigrams and bigrams hashed into WORD_FEATURES dimensions, unit length),
-and every new rollout is scored by it. The words rank a taste in code far better than the
-embedding alone (AUC 0.83-0.96 against 0.47-0.66 on stored programs, `bench/preference.py`).
+beside the words it has (word unigrams and bigrams hashed into WORD_FEATURES dimensions, each 1
+when present: a word both outputs of a pair have cancels in their difference, whatever their
+lengths), and every new rollout is scored by it. The words rank a taste in code far better than
+the embedding alone (AUC 0.83-0.96 against 0.47-0.66 on stored programs, `bench/preference.py`);
+as presence rather than unit-length counts they rank it better still, in code and in writing
+(docs/TRAINING.md, "The words as presence").
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task
@@ -59,9 +62,11 @@ def sentence_embedding(texts: Sequence[str]) -> np.ndarray:
     return np.asarray(embed_texts(list(texts)), dtype=np.float64)
 
 
-def features(texts: Sequence[str]) -> np.ndarray:
+def features(texts: Sequence[str], counts: bool = False) -> np.ndarray:
     """φ: each text's unit sentence embedding beside its hashed word unigrams and bigrams (split
-    at white space, case kept, unit length), one float64 row per text."""
+    at white space, case kept, 1 where present, 0 elsewhere), one float64 row per text.
+    `counts`: the words' counts scaled to unit length instead (φ until 2026-11-27, kept for
+    bench/preference.py's comparison)."""
     from sklearn.feature_extraction.text import HashingVectorizer
 
     words = HashingVectorizer(
@@ -71,7 +76,8 @@ def features(texts: Sequence[str]) -> np.ndarray:
         n_features=WORD_FEATURES,
         alternate_sign=False,
         lowercase=False,
-        norm="l2",
+        binary=not counts,
+        norm="l2" if counts else None,
     )
     texts = list(texts)
     return np.hstack([sentence_embedding(texts), words.transform(texts).toarray()])

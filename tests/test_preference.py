@@ -10,6 +10,7 @@ import pytest
 import store
 from learner.preference import (
     PreferenceExamples,
+    features,
     fit_on_features,
     fit_preference_model,
     load_preference_model,
@@ -121,6 +122,23 @@ def test_a_simple_synthetic_preference_ranks_held_out_pairs_above_chance(program
     assert (
         model.group_preference([program(held_out[0], True), program(held_out[0], False)])[0] > 0.6
     )
+
+
+def test_a_word_both_answers_have_cancels_in_their_difference_whatever_their_lengths():
+    """A vote compares two answers; what they share must not look like a difference. Words
+    count as present or not (hashed 1-2-grams): "said", in both answers of a pair, adds
+    nothing to their difference, where unit-length counts gave it a weight that depends on each
+    answer's length, noise the few votes of a person's first ratings had to explain."""
+    short = "The minister said the plan works."
+    long = "Officials said on Monday that the new plan, announced last week, works well."
+    phi = features([short, long, "The plan works.", "The plan works, the minister said."])
+    words = phi[:, 384:]  # after the sentence embedding
+    assert set(np.unique(words)) == {0.0, 1.0}
+    said = (words[0] == 1) & (words[1] == 1) & (words[2] == 0) & (words[3] == 1)
+    assert said.any()  # "said" (and nothing else) is in the first two and the last, not the third
+    difference = words[0] - words[1]
+    assert (difference[said] == 0).all()
+    assert ((words[3] - words[2])[said] == 1).all()  # and it is the difference where one lacks it
 
 
 def test_win_rates_are_bradley_terry_within_the_group():
