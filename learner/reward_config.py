@@ -21,9 +21,11 @@ class RewardWeights:
     points in retrains, docs/TRAINING.md). Coin-flip votes must not move the team, so the weight
     grows with the evidence: the preference model's cross-validated skill
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
-    human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.25: a
-    rater with a taste reached 0.27–0.41 at 50–100 votes, coin flips at most 0.04
-    (bench/preference.py).
+    human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
+    flips fit at most 0.04 in every measurement (bench/preference.py, bench/ratings.py), while
+    a writing taste of which 50 A/B votes carry 13-16 fits 0.06-0.19; at 0.25 such a taste got
+    a fifth to three quarters of the weight and taught the team +0.4 to +16 points, at full
+    weight +25 (docs/TRAINING.md, "Full weight from a skill of 0.1").
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
     `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test
@@ -36,7 +38,7 @@ class RewardWeights:
     speed: float = 0.1
     role_violation: float = 0.3
     human: float = 0.8
-    human_full_skill: float = 0.25
+    human_full_skill: float = 0.1
     helper_defined: float = 0.4
     entry_defined: float = 0.6
     parses: float = 0.5
