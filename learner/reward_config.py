@@ -24,7 +24,7 @@ class RewardWeights:
     human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
     flips fit at most 0.04 in every measurement (bench/preference.py, bench/ratings.py), while
     a writing taste of which 50 A/B votes carry 13-16 fits 0.06-0.19; at 0.25 such a taste got
-    a fifth to three quarters of the weight and taught the team +0.4 to +16 points, at full
+    a quarter to three quarters of the weight and taught the team +0.4 to +16 points, at full
     weight +25 (docs/TRAINING.md, "Full weight from a skill of 0.1").
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
