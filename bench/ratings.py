@@ -417,7 +417,8 @@ def run_label(figures: dict) -> str:
     return (
         f"{figures['property']}, N = {figures['ratings']} {rating_kind(figures)}\n"
         f"{figures['steps']} steps of G = {figures['group_size']}, w_h {figures['human_weight']}"
-        f"{' by skill' if 'human_full_skill' in figures else ''}\n"
+        + (f" from skill {figures['human_full_skill']}" if "human_full_skill" in figures else "")
+        + "\n"
         f"{figures['held_out']} prompts x {figures['samples']} answer(s)"
     )
 
