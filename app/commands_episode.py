@@ -81,15 +81,12 @@ def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dic
         return named
     from agents.models import resolve_model
     from agents.team import team_size
-    from learner.registry import ensure_loaded, register_shipped
+    from app.commands_serve import start_with_shipped
+    from learner.registry import ensure_loaded
     from store import open_db
 
+    start_with_shipped(args.db, resolve_model(args.model), file=sys.stderr)  # stdout: the episode
     with open_db(args.db) as db:
-        for row in register_shipped(db, resolve_model(args.model)):
-            print(
-                f"agent {row['agent']}: the shipped trained adapter is version {row['version']}",
-                file=sys.stderr,  # stdout carries the episode
-            )
         serving = ensure_loaded(db, client, team_size(args.shape, args.agents))
     return {**{agent: name for agent, name in enumerate(serving) if name}, **named}
 

@@ -25,13 +25,26 @@ def allow_weak_sandbox(args: argparse.Namespace) -> None:
         print(f"WARNING: {WEAK_SANDBOX_WARNING}", file=sys.stderr)
 
 
+def start_with_shipped(db_path, model, then: str = "", file=None) -> None:
+    """A new installation starts with the trained team shipped, if any (`register_shipped`):
+    register it in the database at `db_path`, for the base `model`, and say so."""
+    from learner.registry import register_shipped
+    from store import open_db
+
+    with open_db(db_path) as db:
+        for row in register_shipped(db, model):
+            print(
+                f"agent {row['agent']}: the shipped trained adapter is version {row['version']}{then}",
+                file=file or sys.stdout,
+            )
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from agents.models import provision_model, resolve_model
     from agents.policy import API_KEY_ENV
     from agents.server import ServerConfig, connect_or_start
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
-    from learner.registry import register_shipped
     from learner.train import TrainArgs
     from learner.worker import LearnerWorker, Schedule
     from store import open_db, recover_interrupted
@@ -47,9 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # what the learner trains; a server at --vllm-url serves its own copy of the model
     model = resolve_model(args.model) if args.vllm_url else provision_model(args.model)
-    with open_db(args.db) as db:  # a new installation starts with the team shipped, if any
-        for row in register_shipped(db, model):
-            print(f"agent {row['agent']}: the shipped trained adapter is version {row['version']}")
+    start_with_shipped(args.db, model)
     config = ServerConfig(
         model=str(model), served_name=args.served_name, port=args.vllm_port, agents=args.agents
     )

@@ -49,11 +49,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agents.models import provision_model
-    from learner.registry import register_shipped
+    from app.commands_serve import start_with_shipped
     from learner.report import plot_training_curve
     from learner.run import execute_run, resume_run, start_run
     from learner.train import read_checkpoint, steps_per_pass, training_tasks
-    from store import adapter_name, open_db
+    from store import adapter_name
     from store.paths import runs_dir
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -77,10 +77,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         base = provision_model(args.model)
-        with open_db(args.db) as db:  # a new installation trains on from the team it serves
-            for row in register_shipped(db, base):
-                print(f"agent {row['agent']}: the shipped trained adapter is version "
-                      f"{row['version']}; training goes on from it")  # fmt: skip
+        start_with_shipped(args.db, base, then="; training goes on from it")
         # a resumed run's bar and curve go on from the steps done before it stopped
         history = read_checkpoint(resume_from)["history"] if resume_from else []
         bar = tqdm(
