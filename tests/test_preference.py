@@ -9,6 +9,7 @@ import pytest
 
 import store
 from learner.preference import (
+    L2_GRID,
     PreferenceExamples,
     features,
     fit_on_features,
@@ -139,6 +140,27 @@ def test_a_word_both_answers_have_cancels_in_their_difference_whatever_their_len
     difference = words[0] - words[1]
     assert (difference[said] == 0).all()
     assert ((words[3] - words[2])[said] == 1).all()  # and it is the difference where one lacks it
+
+
+def test_the_strongest_penalty_flattens_coin_flips_on_the_words():
+    """The words are unnormalised (norm 4-10 for a paragraph), so the penalties have that scale
+    to overcome: at the grid's strongest, a model fit on coin-flip votes gives every answer of a
+    group about the same preference (where 0.1, until 2026-11-27 the strongest, left a spread of
+    0.05-0.08 that the reward then added to the advantages)."""
+    rng = random.Random(0)
+    vocabulary = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choices(vocabulary, k=rng.randint(15, 40))) for _ in range(140)]
+    phi = features(texts)
+    coin = PreferenceExamples()
+    coin.texts = texts
+    coin.pairs = [(i, i + 1, float(rng.random() < 0.5)) for i in range(0, 100, 2)]
+
+    def spread(l2: float) -> float:
+        model = fit_on_features(phi, coin, l2=l2)
+        groups = [phi[j : j + 4] for j in range(100, 140, 4)]  # unseen answers, G = 4
+        return float(np.mean([np.std(win_rates(g @ model.weights)) for g in groups]))
+
+    assert spread(max(L2_GRID)) < 0.01 < 0.04 < spread(0.1)
 
 
 def test_win_rates_are_bradley_terry_within_the_group():
