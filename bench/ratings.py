@@ -261,7 +261,7 @@ def training_signal(db_path: Path, since: int, has) -> dict:
     the property: their groups, the informative ones (whose samples differ in the property: only
     there can the preference move the advantage towards it), and in those the mean gap, with the
     property minus without (positive: it pointed the right way), of the preference h and of
-    what it added to the reward (`human_term`: h centred among the samples the tests scored
+    what it added to the reward (`human_term`: h centred among the samples the environment scored
     alike, times the weight)."""
     with store.open_db(db_path) as db:
         newest = store.list_episodes(db, limit=store.count_episodes(db) - since)
@@ -432,7 +432,7 @@ def plot(runs: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     labels = ["before (base)"] + [f"after, rater {rater}" for rater in ARMS]
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 3.6 * len(runs), 3.6), dpi=100, sharey=True)
+    fig, axes = plt.subplots(2, 1, figsize=(2 + 2.8 * len(runs), 7.6), dpi=100, sharey=True)
     properties = sorted({figures["property"] for figures in runs})
     metrics = (("property", " / ".join(properties)), ("pass", "pass@1"))
     width = 0.8 / len(labels)

@@ -25,8 +25,8 @@ another sample of the same task,
 
     h(x_i) = mean over j ≠ i of σ(s(x_i) − s(x_j))     (½ for a sample alone)
 
-and the reward adds it, centred among the samples the tests scored alike
-(`learner.rewards.blend_human`), with a weight w_h that grows with the
+and the reward adds it, centred among the samples the environment scored alike (the tests;
+for writing its verdict; `learner.rewards.blend_human`), with a weight w_h that grows with the
 evidence (`PreferenceModel.blend_weight`): `RewardWeights.human` once the model predicts
 held-out votes well (its cross-validated skill reaches `RewardWeights.human_full_skill`), in
 proportion below, so coin-flip votes, or a handful of votes that teach nothing yet, barely move

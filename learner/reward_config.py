@@ -13,10 +13,11 @@ class RewardWeights:
 
     Joint reward: R = quality·q + coordination·c + speed·s·quality − role_violation·v, where v is
     the share of agents that wrote another agent's part. `human` weighs what people prefer
-    (`blend_human`: R + human·(h − the mean h of the samples of its group that the tests scored
-    alike), less where that would reorder samples the tests scored otherwise): 0.8, so inside a
-    set of samples the tests scored alike the preference outweighs what a comment or a
-    docstring costs in speed, while it moves no advantage between test outcomes (when it was a
+    (`blend_human`: R + human·(h − the mean h of the samples of its group that the environment
+    scored alike: the tests, or the writing's verdict), less where that would reorder samples it
+    scored otherwise): 0.8, so inside a set of samples the tests scored alike the preference
+    outweighs what a comment or a docstring costs in speed, while it moves no advantage between
+    outcomes (when it was a
     share of R itself, (1 − human)·R + human·h, it outvoted the tests: pass@1 −17 to −24
     points in retrains, docs/TRAINING.md). Coin-flip votes must not move the team, so the weight
     grows with the evidence: the preference model's cross-validated skill

@@ -76,12 +76,13 @@ def blend_human(
         R_i + w_S · (h_i − mean of h over S)
 
     where h_i in [0, 1] is sample i's preference (`PreferenceModel.group_preference`) and S the
-    set of the group's samples whose test outcome (`outcomes`: the tests' share of points;
-    None where a task has no tests, e.g. writing) is sample i's. w_S is `weight`, or less where
+    set of the group's samples whose outcome (`outcomes`: the tests' share of points, the
+    writing environment's verdict; None where there is none, a program without tests) is
+    sample i's. w_S is `weight`, or less where
     that would let a sample of S pass a sample the tests scored otherwise: no sample
     moves by more than half its distance in R to any sample of another set.
 
-    So the preference reorders the samples the tests scored alike, and only them: it adds
+    So the preference reorders the samples the environment scored alike, and only them: it adds
     nothing to a set as a whole (the terms of S sum to zero), so it moves no advantage between
     passing and failing samples, and a program that passes more tests stays above one that
     passes fewer however much people like the latter. (A preference blended into R itself,
@@ -205,13 +206,17 @@ def score_group(
 ) -> list[Scored]:
     """Score the episodes of one group (G samples of one task) with `score_episode` and, given
     `liked` (each sample's preference h in [0, 1]), add what people prefer by `blend_human`
-    (weight `weights.human`, the tests' share of points as each sample's outcome); the
-    components keep `auto_reward`, `human_rating` (h) and `human_term` (what it added). Given
-    `db`, records them all."""
+    (weight `weights.human`, each sample's outcome the environment's: the tests' share of points
+    for a program, the verdict for writing, 1 when every section is non-empty, inside its bounds
+    and not repeating another, else 0); the components keep `auto_reward`, `human_rating` (h)
+    and `human_term` (what it added). Given `db`, records them all."""
     scores = [score_episode(r, weights, budget) for r in results]
     if liked is not None:
         auto = [s.reward for s in scores]
-        outcomes = [s.components.get("tests") for s in scores]
+        outcomes = [
+            float(r.success) if r.task.kind == "writing" else s.components.get("tests")
+            for r, s in zip(results, scores, strict=True)
+        ]
         for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weights.human),
                            strict=True):  # fmt: skip
             s.components.update(auto_reward=s.reward, human_rating=float(h),

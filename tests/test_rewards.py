@@ -383,7 +383,7 @@ def test_one_formula_adds_what_people_prefer_among_samples_the_tests_scored_alik
     auto = [0.9, 0.9, 0.2, 0.2]
     blended = blend_human(auto, [0.8, 0.4, 0.9, 0.1], [1.0, 1.0, 0.0, 0.0], 0.5)
     assert blended == pytest.approx([1.0, 0.8, 0.4, 0.0])
-    # no tests (writing): the whole group is one set
+    # no outcome (a program without tests): the whole group is one set
     assert blend_human([0.5] * 3, [0.9, 0.3, 0.6], [None] * 3, 0.5) == pytest.approx(
         [0.65, 0.35, 0.5]
     )
@@ -441,6 +441,41 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
     assert scores[0].components["auto_reward"] == pytest.approx(auto[0])
     with store.open_db(db_path) as db:  # recorded as scored
         assert store.get_episode(db, results[0].episode_id)["reward"] == pytest.approx(r[0])
+
+
+def test_ratings_never_lift_writing_the_environment_failed_above_writing_it_passed(tmp_path):
+    """Writing has no tests, but the environment has a verdict (every section non-empty, inside
+    its bounds, not repeating another): a summary team's samples, two that pass it and two whose
+    elaboration is far too short, with a people's model that likes attribution ("police said").
+    The preference reorders the passing samples and the failing ones, each among themselves, and
+    changes no order between a passing and a failing one (it did when the whole group was one
+    set: a retrain on 50 votes then cost the pass rate 17.5 points against the control's,
+    docs/TRAINING.md)."""
+    from agents.tasks import xsum_tasks
+    from agents.team import run_episode
+    from tests.scripted import ScriptedPolicy
+
+    summary = "A bridge in the town centre has been closed after cracks were found in it"
+    facts = " ".join(["Engineers found cracks in two supports during a routine check."] * 5)
+
+    def team(said: str, elaboration: str):
+        def reply(request):
+            if "one-sentence summary" in request.messages[-1]["content"]:
+                return summary + said + "."
+            return elaboration
+
+        return run_episode(xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2)
+
+    results = [team(", police said", facts), team("", facts),
+               team(", police said", "Cracks were found."), team("", "Cracks were found.")]  # fmt: skip
+    assert [r.success for r in results] == [True, True, False, False]
+    auto = [s.reward for s in score_group(results)]
+    r = [s.reward for s in score_group(results, RewardWeights(), liked=[0.9, 0.1, 0.9, 0.1])]
+    assert r[0] > r[1] and r[2] > r[3]  # attribution liked among the passing and the failing
+    for i in (0, 1):
+        for j in (2, 3):
+            assert (r[i] > r[j]) == (auto[i] > auto[j])
+    assert r[0] + r[1] == pytest.approx(auto[0] + auto[1])  # nothing moves between verdicts
 
 
 def test_a_fast_empty_answer_earns_nothing():
