@@ -7,6 +7,8 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
+from typing import TextIO
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -25,7 +27,9 @@ def allow_weak_sandbox(args: argparse.Namespace) -> None:
         print(f"WARNING: {WEAK_SANDBOX_WARNING}", file=sys.stderr)
 
 
-def start_with_shipped(db_path, model, then: str = "", file=None) -> None:
+def start_with_shipped(
+    db_path: str | Path, model: str | Path, then: str = "", file: TextIO | None = None
+) -> None:
     """A new installation starts with the trained team shipped, if any (`register_shipped`):
     register it in the database at `db_path`, for the base `model`, and say so."""
     from learner.registry import register_shipped
