@@ -78,9 +78,9 @@ def blend_human(
     where h_i in [0, 1] is sample i's preference (`PreferenceModel.group_preference`) and S the
     set of the group's samples whose outcome (`outcomes`: the tests' share of points, the
     writing environment's verdict; None where there is none, a program without tests) is
-    sample i's. w_S is `weight`, or less where
-    that would let a sample of S pass a sample the tests scored otherwise: no sample
-    moves by more than half its distance in R to any sample of another set.
+    sample i's. w_S is `weight`, or less where that would let a sample of S pass a sample the
+    environment scored otherwise: no sample moves by more than half its distance in R to any
+    sample of another set.
 
     So the preference reorders the samples the environment scored alike, and only them: it adds
     nothing to a set as a whole (the terms of S sum to zero), so it moves no advantage between
