@@ -23,8 +23,8 @@ class RewardWeights:
     grows with the evidence: the preference model's cross-validated skill
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
     human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
-    flips fit at most 0.04 in every measurement (bench/preference.py, bench/ratings.py), while
-    a writing taste of which 50 A/B votes carry 13-16 fits 0.06-0.19; at 0.25 such a taste got
+    flips on 50 co-written summaries fit a median of 0.004 and at most 0.061 in 20 vote sets
+    (docs/TRAINING.md, "Coin flips at 50 votes"), while a writing taste of which 50 A/B votes carry 13-16 fits 0.06-0.19; at 0.25 such a taste got
     a quarter to three quarters of the weight and taught the team +0.4 to +16 points, at full
     weight +25 (docs/TRAINING.md, "Full weight from a skill of 0.1").
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
