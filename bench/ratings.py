@@ -62,6 +62,7 @@ import os
 import random
 import re
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -357,7 +358,20 @@ def experiment(client, model_path, home: Path, args) -> dict:
         "before": before,
         "arms": arms,
         "seconds": round(time.perf_counter() - t0, 1),
+        "code": code_revision(),  # which φ, penalties and blend the run measured
     }
+
+
+def code_revision() -> str | None:
+    """The commit the run's code is at (`-dirty` when changed since), None outside a checkout."""
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return described.stdout.strip() or None
 
 
 def rating_kind(figures: dict) -> str:
@@ -420,6 +434,7 @@ def run_label(figures: dict) -> str:
         + (f" from skill {figures['human_full_skill']}" if "human_full_skill" in figures else "")
         + "\n"
         f"{figures['held_out']} prompts x {figures['samples']} answer(s)"
+        + (f", code {figures['code']}" if figures.get("code") else "")
     )
 
 

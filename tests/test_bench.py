@@ -85,3 +85,17 @@ def test_the_thumbs_rater_thumbs_up_its_taste_and_the_control_flips_a_coin():
     for text in (said, plain):
         coin = [ratings.thumb("none", attributed, text, rng) for _ in range(40)]
         assert set(coin) == {1, -1}
+
+
+def test_a_ratings_run_names_the_code_it_measured():
+    """Runs at one N read alike in the plot unless each names its commit (φ, penalties and the
+    blend changed between runs of the same command)."""
+    ratings = ratings_bench()
+    revision = ratings.code_revision()
+    assert revision and " " not in revision
+    figures = {
+        "property": "attributed", "ratings": 50, "rating": "ab", "steps": 10, "group_size": 4,
+        "human_weight": 0.8, "held_out": 30, "samples": 8,
+    }  # fmt: skip
+    assert "code" not in ratings.run_label(figures)  # runs from before it was recorded
+    assert ratings.run_label({**figures, "code": revision}).endswith(f", code {revision}")
