@@ -19,7 +19,7 @@ class RewardWeights:
     outweighs what a comment or a docstring costs in speed, while it moves no advantage between
     outcomes (when it was a
     share of R itself, (1 − human)·R + human·h, it outvoted the tests: pass@1 −17 to −24
-    points in retrains, docs/TRAINING.md). Coin-flip votes must not move the team, so the weight
+    points in retrains, docs/TRAINING.md). An added term, not a share, so it may exceed 1. Coin-flip votes must not move the team, so the weight
     grows with the evidence: the preference model's cross-validated skill
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
     human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
@@ -47,8 +47,8 @@ class RewardWeights:
     cooperation_floor: float = 0.25
 
     def __post_init__(self):
-        if min(asdict(self).values()) < 0 or self.human > 1 or self.cooperation_floor > 1:
-            raise ValueError("weights must be >= 0; the human weight and cooperation floor <= 1")
+        if min(asdict(self).values()) < 0 or self.cooperation_floor > 1:
+            raise ValueError("weights must be >= 0; the cooperation floor <= 1")
         if not 0 < self.human_full_skill <= 1:
             raise ValueError("human_full_skill must be in (0, 1]")
 

@@ -486,7 +486,10 @@ def test_joint_reward_rejects_out_of_range_inputs():
     with pytest.raises(ValueError):
         joint_reward({"quality": 1.5, "coordination": 0.0}, speed=0.0)
     with pytest.raises(ValueError):
-        RewardWeights(human=2.0)
+        RewardWeights(human=-0.1)
+    with pytest.raises(ValueError):
+        RewardWeights(cooperation_floor=1.5)
+    assert RewardWeights(human=2.0).human == 2.0  # an added term, not a share of R
 
 
 def test_rating_to_unit():
