@@ -17,10 +17,11 @@ class RewardWeights:
     scored alike: the tests, or the writing's verdict), less where that would reorder samples it
     scored otherwise): 0.8, so inside a set of samples the tests scored alike the preference
     outweighs what a comment or a docstring costs in speed, while it moves no advantage between
-    outcomes (when it was a
-    share of R itself, (1 − human)·R + human·h, it outvoted the tests: pass@1 −17 to −24
-    points in retrains, docs/TRAINING.md). An added term, not a share, so it may exceed 1. Coin-flip votes must not move the team, so the weight
-    grows with the evidence: the preference model's cross-validated skill
+    outcomes (when it was a share of R itself, (1 − human)·R + human·h, it outvoted the tests:
+    pass@1 −17 to −24 points in retrains, docs/TRAINING.md); an added term, so it may exceed 1
+    (2.0 taught a writing taste no more than 0.8: the cap, not the weight, bounded the push,
+    docs/TRAINING.md, "The writing verdict as the outcome"). Coin-flip votes must not move the
+    team, so the weight grows with the evidence: the preference model's cross-validated skill
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
     human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
     flips on 50 co-written summaries fit a median of 0.004 and at most 0.061 in 20 vote sets
