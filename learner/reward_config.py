@@ -19,7 +19,7 @@ class RewardWeights:
     outweighs what a comment or a docstring costs in speed, while it moves no advantage between
     outcomes (when it was a share of R itself, (1 − human)·R + human·h, it outvoted the tests:
     pass@1 −17 to −24 points in retrains, docs/TRAINING.md); an added term, so it may exceed 1
-    (2.0 taught a writing taste no more than 0.8: the cap bound the push in more groups,
+    (2.0 taught a writing taste no more than 0.8: the cap binds the push in more groups,
     docs/TRAINING.md, "The writing verdict as the outcome"). Coin-flip votes must not move the
     team, so the weight grows with the evidence: the preference model's cross-validated skill
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
