@@ -367,8 +367,12 @@ def code_revision() -> str | None:
     try:
         described = subprocess.run(
             ["git", "describe", "--always", "--dirty"],
-            cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10, check=True,
-        )  # fmt: skip
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return described.stdout.strip() or None

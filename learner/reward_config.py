@@ -25,9 +25,10 @@ class RewardWeights:
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
     human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
     flips on 50 co-written summaries fit a median of 0.004 and at most 0.061 in 20 vote sets
-    (docs/TRAINING.md, "Coin flips at 50 votes"), while a writing taste of which 50 A/B votes carry 13-16 fits 0.06-0.19; at 0.25 such a taste got
-    a quarter to three quarters of the weight and taught the team +0.4 to +16 points, at full
-    weight +25 (docs/TRAINING.md, "Full weight from a skill of 0.1").
+    (docs/TRAINING.md, "Coin flips at 50 votes"), while a writing taste of which 50 A/B votes
+    carry 13-16 fits 0.06-0.19; at 0.25 such a taste got a quarter to three quarters of the
+    weight and taught the team +0.4 to +16 points, at full weight +25 (docs/TRAINING.md, "Full
+    weight from a skill of 0.1").
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
     `cooperation_floor`: the share of its coordination a cooperative answer keeps when no test

@@ -466,8 +466,9 @@ def test_ratings_never_lift_writing_the_environment_failed_above_writing_it_pass
 
         return run_episode(xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2)
 
+    short = "Cracks were found."
     results = [team(", police said", facts), team("", facts),
-               team(", police said", "Cracks were found."), team("", "Cracks were found.")]  # fmt: skip
+               team(", police said", short), team("", short)]  # fmt: skip
     assert [r.success for r in results] == [True, True, False, False]
     auto = [s.reward for s in score_group(results)]
     r = [s.reward for s in score_group(results, RewardWeights(), liked=[0.9, 0.1, 0.9, 0.1])]
