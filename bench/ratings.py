@@ -70,6 +70,7 @@ import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from statistics import median, stdev
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -431,6 +432,63 @@ def report(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def across(runs: list[dict], names: list[str]) -> str:
+    """What several runs of one property say together: per run with both arms, the property's
+    change (after − before, points) in the control's arm and the rater's, the rater's pass
+    change, and the rater's arm against the control's after both retrains, with their medians;
+    and the spread of the base model's rate over the runs that measured it on the same prompts
+    and samples (the noise under every before → after)."""
+    # property and pass changes, after − before, per arm; then the rater's arm − the control's
+    columns = ("control prop", "rater prop", "rater pass", "vs ctrl prop", "vs ctrl pass")
+
+    def figures_of(f: dict) -> list[float]:
+        before = rates(f["before"])
+        arms = {arm: rates(f["arms"][arm]["after"]) for arm in f["arms"]}
+        return [100 * v for v in (
+            arms["none"]["property"] - before["property"],
+            arms["prefers"]["property"] - before["property"],
+            arms["prefers"]["pass"] - before["pass"],
+            arms["prefers"]["property"] - arms["none"]["property"],
+            arms["prefers"]["pass"] - arms["none"]["pass"],
+        )]  # fmt: skip
+
+    lines = []
+    for prop in sorted({f["property"] for f in runs}):
+        mine = [(f, name) for f, name in zip(runs, names, strict=True) if f["property"] == prop]
+        both = [(f, name) for f, name in mine if {"prefers", "none"} <= f["arms"].keys()]
+        if len(both) >= 2:
+            width = max(len(name) for _, name in both)
+            rows = [figures_of(f) for f, _ in both]
+            lines.append(
+                f"{prop}, {len(both)} runs with both arms, in points (changes: after − before; "
+                f"vs ctrl: the rater's arm − the control's, after):"
+            )
+            lines.append(f"  {'':{width}s}  " + "  ".join(f"{c:>12s}" for c in columns))
+            for (_, name), row in zip(both, rows, strict=True):
+                lines.append(f"  {name:{width}s}  " + "  ".join(f"{v:+12.1f}" for v in row))
+            lines.append(
+                f"  {'median':{width}s}  "
+                + "  ".join(f"{median(col):+12.1f}" for col in zip(*rows, strict=True))
+            )
+            lines.append(
+                f"  the control moved the property under 5 points in "
+                f"{sum(abs(row[0]) < 5 for row in rows)} of {len(rows)}"
+            )
+        same: dict[tuple, list[dict]] = {}
+        for f, _ in mine:
+            same.setdefault((tuple(f["prompts"]), f["samples"]), []).append(f)
+        for (prompts, samples), measured in same.items():
+            if len(measured) >= 3:
+                spread = {key: 100 * stdev(rates(f["before"])[key] for f in measured)
+                          for key in ("property", "pass")}  # fmt: skip
+                lines.append(
+                    f"  the base model, measured {len(measured)} times on the same "
+                    f"{len(prompts)} prompts x {samples}: standard deviation "
+                    f"{spread['property']:.1f} points of the property, {spread['pass']:.1f} of pass"
+                )
+    return "\n".join(lines)
+
+
 def run_label(figures: dict) -> str:
     return (
         f"{figures['property']}, N = {figures['ratings']} {rating_kind(figures)}\n"
@@ -528,7 +586,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.replot:
         runs = [json.loads(Path(name).read_text()) for name in args.replot]
-        print("\n".join(report(figures) for figures in runs))
+        names = [Path(name).stem for name in args.replot]
+        print("\n".join([*(report(figures) for figures in runs), across(runs, names)]))
         if args.plot:
             plot(runs, args.plot)
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,12 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
     both = [r for r in runs if {"prefers", "none"} <= json.loads(r.read_text())["arms"].keys()]
     assert len(both) >= 4
     assert done.stdout.count("the rater's arm against the control's") == len(both)
+    # and together: one row per run with both arms, under its file's name, and their medians
+    for run in both:
+        assert re.search(rf"^  {re.escape(run.stem)} +[+-]\d", done.stdout, re.M), run.stem
+    properties = [json.loads(r.read_text())["property"] for r in both]
+    tables = {p for p in properties if properties.count(p) >= 2}  # a table needs two runs
+    assert tables and done.stdout.count("  median ") == len(tables)
     assert png.stat().st_size > 10_000
 
 
