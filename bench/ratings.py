@@ -581,7 +581,8 @@ def main() -> None:
         "--replot",
         metavar="JSON",
         nargs="+",
-        help="only report and plot earlier --json files (several: one group of bars each)",
+        help="only report and plot earlier --json files (several: one group of bars each, and a "
+        "table of the runs of each property side by side)",
     )
     args = parser.parse_args()
     if args.replot:
