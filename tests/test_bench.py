@@ -50,13 +50,14 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    both = [r for r in runs if {"prefers", "none"} <= json.loads(r.read_text())["arms"].keys()]
+    figures = {run: json.loads(run.read_text()) for run in runs}
+    both = [run for run in runs if {"prefers", "none"} <= figures[run]["arms"].keys()]
     assert len(both) >= 4
     assert done.stdout.count("the rater's arm against the control's") == len(both)
     # and together: one row per run with both arms, under its file's name, and their medians
     for run in both:
         assert re.search(rf"^  {re.escape(run.stem)} +[+-]\d", done.stdout, re.M), run.stem
-    properties = [json.loads(r.read_text())["property"] for r in both]
+    properties = [figures[run]["property"] for run in both]
     tables = {p for p in properties if properties.count(p) >= 2}  # a table needs two runs
     assert tables and done.stdout.count("  median ") == len(tables)
     assert png.stat().st_size > 10_000
