@@ -8,7 +8,8 @@ function that scores an episode with them (`score_episode`).
 - `writing_reward` and `longform_reward` (learner/writing_reward.py): length structure per role,
   balance between the parts, consistency (cosine of all-MiniLM-L6-v2 sentence embeddings),
   redundancy between parts, and agreement with a reference (ROUGE-1, ROUGE-L, embedding
-  similarity) when there is one.
+  similarity) when there is one; `score_episode` adds the environment's verdict (every section
+  non-empty, in bounds, not repeating another) to their quality, as the tests are for code.
 - `joint_reward`: the one combiner, R = w_q·quality + w_c·coordination + w_s·speed·quality
   − w_v·role_violations, with every weight in `RewardWeights` (learner/reward_config.py);
   `blend_human` the one formula that adds what people prefer to a group's R.
@@ -150,7 +151,9 @@ def score_episode(
     path), record it in the store. Every caller scores through here.
 
     Coding uses the test report the environment made during the episode (`result.test_report`);
-    the tests run here only when the episode's checker ran none.
+    the tests run here only when the episode's checker ran none. Writing's quality takes the
+    environment's verdict (`result.success`) as its tests: `RewardWeights.verdict` of it is
+    the verdict, the rest the length and reference scores (the component `verdict` keeps it).
     """
     from agents.combine import extract_code
 
@@ -183,6 +186,9 @@ def score_episode(
     else:
         bounds = [role.words or (1, 10_000) for role in roles]
         components = dict(writing_reward(texts, bounds, task.reference))
+    if task.kind == "writing":  # the verdict is writing's tests: a share of quality
+        components["verdict"] = float(result.success)
+        components["quality"] += weights.verdict * (components["verdict"] - components["quality"])
     critical = critical_path_tokens(result)
     budget_tokens = budget.tokens or result.token_budget
     components["critical_tokens"] = float(critical)

@@ -443,6 +443,43 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
         assert store.get_episode(db, results[0].episode_id)["reward"] == pytest.approx(r[0])
 
 
+SUMMARY = "A bridge in the town centre has been closed after cracks were found in it"
+FACT = "Engineers found cracks in two supports during a routine check."  # 10 words
+
+
+def summary_team(said: str, elaboration: str):
+    """A summary team's episode on the first XSum article: the one-sentence summary (+ `said`)
+    and the key facts `elaboration`, written by a scripted policy."""
+    from agents.tasks import xsum_tasks
+    from agents.team import run_episode
+    from tests.scripted import ScriptedPolicy
+
+    def reply(request):
+        if "one-sentence summary" in request.messages[-1]["content"]:
+            return SUMMARY + said + "."
+        return elaboration
+
+    return run_episode(xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2)
+
+
+def test_the_writing_reward_pays_for_the_verdict_as_the_code_reward_pays_for_tests():
+    """Key facts ten words past their bound (170 of 40-160) fail the environment's verdict,
+    what `coteam eval` counts as a pass; without the verdict in quality that summary scored
+    within a few hundredths of the same one inside its bounds (the length score falls only
+    linearly past the bound), so a retrain was hardly paid for passing. With it, the passing
+    summary is clearly above."""
+    inside, past = summary_team("", " ".join([FACT] * 16)), summary_team("", " ".join([FACT] * 17))
+    assert (inside.success, past.success) == (True, False)
+    scored = [score_episode(r) for r in (inside, past)]
+    assert [s.components["verdict"] for s in scored] == [1.0, 0.0]
+    unpaid = [score_episode(r, RewardWeights(verdict=0)).reward for r in (inside, past)]
+    assert 0 < unpaid[0] - unpaid[1] < 0.05
+    gap = scored[0].reward - scored[1].reward
+    assert gap > 0.15 > 3 * (unpaid[0] - unpaid[1])
+    with pytest.raises(ValueError):
+        RewardWeights(verdict=1.5)
+
+
 def test_ratings_never_lift_writing_the_environment_failed_above_writing_it_passed(tmp_path):
     """Writing has no tests, but the environment has a verdict (every section non-empty, inside
     its bounds, not repeating another): a summary team's samples, two that pass it and two whose
@@ -451,21 +488,7 @@ def test_ratings_never_lift_writing_the_environment_failed_above_writing_it_pass
     changes no order between a passing and a failing one (it did when the whole group was one
     set: a retrain on 50 votes then cost the pass rate 17.5 points against the control's,
     docs/TRAINING.md)."""
-    from agents.tasks import xsum_tasks
-    from agents.team import run_episode
-    from tests.scripted import ScriptedPolicy
-
-    summary = "A bridge in the town centre has been closed after cracks were found in it"
-    facts = " ".join(["Engineers found cracks in two supports during a routine check."] * 5)
-
-    def team(said: str, elaboration: str):
-        def reply(request):
-            if "one-sentence summary" in request.messages[-1]["content"]:
-                return summary + said + "."
-            return elaboration
-
-        return run_episode(xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2)
-
+    facts, team = " ".join([FACT] * 5), summary_team
     short = "Cracks were found."
     results = [team(", police said", facts), team("", facts),
                team(", police said", short), team("", short)]  # fmt: skip
