@@ -188,7 +188,9 @@ def score_episode(
         components = dict(writing_reward(texts, bounds, task.reference))
     if task.kind == "writing":  # the verdict is writing's tests: a share of quality
         components["verdict"] = float(result.success)
-        components["quality"] += weights.verdict * (components["verdict"] - components["quality"])
+        components["quality"] = (1 - weights.verdict) * components["quality"] + (
+            weights.verdict * components["verdict"]
+        )
     critical = critical_path_tokens(result)
     budget_tokens = budget.tokens or result.token_budget
     components["critical_tokens"] = float(critical)
