@@ -221,10 +221,7 @@ def score_group(
     scores = [score_episode(r, weights, budget) for r in results]
     if liked is not None:
         auto = [s.reward for s in scores]
-        outcomes = [
-            float(r.success) if r.task.kind == "writing" else s.components.get("tests")
-            for r, s in zip(results, scores, strict=True)
-        ]
+        outcomes = [s.components.get("verdict", s.components.get("tests")) for s in scores]
         for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weights.human),
                            strict=True):  # fmt: skip
             s.components.update(auto_reward=s.reward, human_rating=float(h),
