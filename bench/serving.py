@@ -220,23 +220,23 @@ def main() -> None:
     labels = list(vl)
 
     print()
-    print(f"{'':30s}{'transformers':>14s}" + "".join(f"{'vLLM ' + d:>22s}" for d in labels))
+    print(f"{'':30s}{'transformers':>14s}" + "".join(f"{'vLLM ' + d:>24s}" for d in labels))
     for key, label in (
         ("batch1", "batch 1, greedy (tok/s)"),
         ("batch8", "8 concurrent, sampled (tok/s)"),
     ):
-        cells = "".join(f"{vl[d][key]:14.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in labels)
+        cells = "".join(f"{vl[d][key]:17.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in labels)
         print(f"{label:30s}{hf[key]:14.1f}{cells}")
     if adapters:
         cells = "".join(
-            f"{vl[d]['batch8_lora']:14.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
+            f"{vl[d]['batch8_lora']:16.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
             for d in labels
         )
         print(f"{'8 concurrent, 2 LoRAs (tok/s)':30s}{'':>14s}{cells}  (x: of the base model's)")
-        cells = "".join(f"{vl[d]['rollout_base_s']:14.1f}      " for d in labels)
+        cells = "".join(f"{vl[d]['rollout_base_s']:16.1f}        " for d in labels)
         print(f"{'rollout, base model (s)':30s}{'':>14s}{cells}")
         cells = "".join(
-            f"{vl[d]['rollout_lora_s']:14.1f} ({vl[d]['rollout_lora_s'] / vl[d]['rollout_base_s']:.2f}x)"
+            f"{vl[d]['rollout_lora_s']:16.1f} ({vl[d]['rollout_lora_s'] / vl[d]['rollout_base_s']:.2f}x)"
             for d in labels
         )
         print(f"{'rollout, 2 LoRAs (s)':30s}{'':>14s}{cells}  (x: of the base model's time)")

