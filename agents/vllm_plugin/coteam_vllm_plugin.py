@@ -11,13 +11,14 @@ Two consequences, both measured here (docs/TRAINING.md, "LoRA on vLLM's CPU back
   gets that adapter's delta: the untrained team, `single` and the base team answer as if trained.
   vLLM's GPU kernels skip index -1 (upstream: vllm-project/vllm#48421, open).
 - **Slow answers**: a prompt of 450 tokens gathers 450 copies of each adapter matrix per layer;
-  16 sampled requests under adapters took 2-5x as long as the same requests on the base model.
+  a training step's 16 rollout requests took 1.87x the base model's time under adapters
+  (`bench/serving.py --lora --without-plugin`), 1.00x with these ops.
 
-The ops below compute the same products with one matmul against every adapter slot at once
-and a zero delta for index -1, and `register` (a `vllm.general_plugins` entry point, which vLLM calls
-in every one of its processes) puts them in place of vLLM's on the CPU platform only. They keep
-the signatures and the output conventions of vLLM 0.32's torch ops; `register` refuses to patch
-(and says so in the server log) when those signatures have changed.
+The ops below compute the same products with one matmul against every adapter slot at once and
+a zero delta for index -1, and `register` (a `vllm.general_plugins` entry point, which vLLM calls
+in every one of its processes) puts them in place of vLLM's, on the CPU platform only. They keep
+the signatures and output conventions of vLLM 0.32's torch ops; `register` patches nothing (and
+says so in the server's log) when those signatures have changed.
 
 Installed into the vLLM environment by scripts/setup.sh (`pip install agents/vllm_plugin`).
 """
