@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -40,6 +41,26 @@ def test_doctor_on_an_empty_data_directory_names_each_problem(tmp_path):
     assert any(line.startswith("FAIL") and "not converted yet" in line for line in lines)
     assert any(line.startswith("ok") and "writable" in line for line in lines)
     assert "problem(s) found" in lines[-1]
+
+
+def test_doctor_names_a_vllm_environment_without_coteams_plugin(tmp_path):
+    """A vLLM environment that lacks CoTeam's plugin (agents/vllm_plugin) fails the check: on a
+    CPU, base answers batched with adapter requests would take an adapter's weights. The
+    environment is a real one whose only package is a vLLM distribution record."""
+    venv = tmp_path / "vllm-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    record = Path(purelib) / "vllm-0.32.0.dist-info"
+    record.mkdir(parents=True)
+    (record / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    result = coteam("doctor", env={"COTEAM_HOME": str(tmp_path), "COTEAM_VLLM_PYTHON": str(python)})
+    assert result.returncode == 1
+    [line] = [line for line in result.stdout.splitlines() if "vLLM 0.32.0" in line]
+    assert line.startswith("FAIL") and "lacks CoTeam's plugin" in line, line
 
 
 def test_doctor_reports_an_unreachable_server():
