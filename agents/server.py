@@ -81,6 +81,9 @@ class ServerConfig:
     startup_timeout_s: float = 600.0
     max_restarts: int = 3
     python: Path | None = None  # the vLLM environment's interpreter
+    # False: vLLM loads none of its plugins, CoTeam's (agents/vllm_plugin) included, and runs its
+    # own CPU LoRA ops: only for benchmarks that measure the plugin against them
+    coteam_plugin: bool = True
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -144,6 +147,8 @@ class VLLMServer:
         env["VLLM_API_KEY"] = self.api_key
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        if not self.config.coteam_plugin:
+            env["VLLM_PLUGINS"] = "none"  # the names of the plugins vLLM loads: none of them
         if not self.gpu:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.kv_cache_gb))
             threads = self.config.cpu_threads or f"0-{(os.cpu_count() or 1) - 1}"

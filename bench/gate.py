@@ -37,10 +37,12 @@ from learner.reward_config import RewardWeights, SpeedBudget  # noqa: E402
 AGENTS = 4  # the server `coteam train` starts: agents x 2 versions = 8 LoRA slots
 
 
-def compare(model_path, folders: list[str], args) -> dict:
-    """The gate's paired comparison of the team in `folders` against the base team."""
+def compare(model_path, folders: list[str], args, coteam_plugin: bool) -> dict:
+    """The gate's paired comparison of the team in `folders` against the base team, on a server
+    with or without CoTeam's vLLM plugin."""
+    config = ServerConfig(model=str(model_path), agents=AGENTS, coteam_plugin=coteam_plugin)
     with (
-        connect_or_start(None, ServerConfig(model=str(model_path), agents=AGENTS)) as client,
+        connect_or_start(None, config) as client,
         tempfile.TemporaryDirectory() as scratch,
     ):
         team = [f"bench-gate{k}" for k in range(len(folders))]
@@ -85,18 +87,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     model_path = provision_model(DEFAULT_MODEL)
-    runs = {"with CoTeam's plugin": {}}
+    runs = {"with CoTeam's plugin": True}
     if args.without_plugin:
-        runs["vLLM's own LoRA ops"] = {"VLLM_PLUGINS": "none"}  # vLLM loads no plugin
+        runs["vLLM's own LoRA ops"] = False
     figures = {}
-    for label, env in runs.items():
+    for label, plugin in runs.items():
         print(f"{label} ...", flush=True)
-        os.environ.update(env)
-        try:
-            figures[label] = compare(model_path, args.adapters, args)
-        finally:
-            for key in env:
-                del os.environ[key]
+        figures[label] = compare(model_path, args.adapters, args, coteam_plugin=plugin)
     print(f"\nteam {args.adapters} against the base team, {args.tasks} validation tasks, greedy"
           f"{', every slot used first' if args.fill else ''}")  # fmt: skip
     print(f"{'':24s}{'pass: team':>11s}{'base':>7s}{'R: team':>9s}{'base':>7s}{'p':>8s}"

@@ -145,13 +145,13 @@ def bench_coteam(model_path, client, args) -> dict:
     return figures
 
 
-def coteam_part(model_path, args) -> dict:
-    """CoTeam's figures, on the server at --vllm-url or on a managed one started here."""
+def coteam_part(model_path, args, coteam_plugin: bool = True) -> dict:
+    """CoTeam's figures, on the server at --vllm-url or on a managed one started here (without
+    CoTeam's vLLM plugin when `coteam_plugin` is False)."""
     from agents.server import ServerConfig, connect_or_start
 
-    with connect_or_start(
-        args.vllm_url, ServerConfig(model=str(model_path), agents=AGENTS)
-    ) as client:
+    config = ServerConfig(model=str(model_path), agents=AGENTS, coteam_plugin=coteam_plugin)
+    with connect_or_start(args.vllm_url, config) as client:
         if args.vllm_url:  # a server of someone else's may serve the base model under any name
             client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
         return bench_coteam(model_path, client, args)
@@ -427,13 +427,9 @@ def main() -> None:
         f"1 warm-up + {args.steps} timed step(s), {os.cpu_count()} cores"
     )
     results = {}
-    if args.without_plugin:  # VLLM_PLUGINS names the plugins vLLM loads: none of them here
+    if args.without_plugin:
         print("CoTeam MAGRPO, vLLM without CoTeam's plugin ...", flush=True)
-        os.environ["VLLM_PLUGINS"] = "none"
-        try:
-            results["coteam_vllm_ops"] = coteam_part(model_path, args)
-        finally:
-            del os.environ["VLLM_PLUGINS"]
+        results["coteam_vllm_ops"] = coteam_part(model_path, args, coteam_plugin=False)
         gc.collect()
     print(f"{NAMES['coteam']} ...", flush=True)
     results["coteam"] = coteam_part(model_path, args)

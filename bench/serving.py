@@ -208,15 +208,13 @@ def main() -> None:
         label = dtype if plugin else f"{dtype}, vLLM ops"
         print(f"vLLM server ({label}) ...", flush=True)
         config = ServerConfig(
-            model=str(model_path), agents=1, dtype=None if args.vllm_url else dtype
+            model=str(model_path),
+            agents=1,
+            dtype=None if args.vllm_url else dtype,
+            coteam_plugin=plugin,
         )
-        if not plugin:  # VLLM_PLUGINS names the plugins vLLM loads: none of them here
-            os.environ["VLLM_PLUGINS"] = "none"
-        try:
-            with connect_or_start(args.vllm_url, config) as client:
-                vl[label] = bench_vllm(client, args.tokens, adapters)
-        finally:
-            os.environ.pop("VLLM_PLUGINS", None)
+        with connect_or_start(args.vllm_url, config) as client:
+            vl[label] = bench_vllm(client, args.tokens, adapters)
     labels = list(vl)
 
     print()

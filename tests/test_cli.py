@@ -176,6 +176,17 @@ def test_each_vllm_server_gets_a_fresh_api_key_and_no_admin_password(monkeypatch
     assert len(first.api_key) >= 32
 
 
+def test_a_server_without_coteams_plugin_is_asked_for_by_name(monkeypatch):
+    """Benchmarks measure CoTeam's vLLM plugin against vLLM's own ops: `coteam_plugin=False`
+    starts vLLM with no plugins; by default the environment leaves vLLM to load them all."""
+    from agents.server import ServerConfig, VLLMServer
+
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    assert "VLLM_PLUGINS" not in VLLMServer(ServerConfig(model="m")).environment()
+    without = VLLMServer(ServerConfig(model="m", coteam_plugin=False)).environment()
+    assert without["VLLM_PLUGINS"] == "none"
+
+
 def test_the_server_computes_in_float32_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
     """vLLM's CPU backend is slow on a bf16 model without AVX512-BF16/AMX: the server is then
     told float32; on a GPU or a bf16 CPU the model's own type, and an explicit dtype wins."""
