@@ -11,6 +11,7 @@ busy wait in line and see their place, and are never turned away.
     app/live.py            an episode in a thread, streamed to the page as views
     app/rating.py          thumbs, scores, comments, edits and A/B votes into the store
     app/history.py         past episodes, filters, one episode in full
+    app/rate_queue.py      under the history: two stored answers to one task, and a vote
     app/admin.py           the admin tab (password): its panels, refreshed by a timer
     app/admin_login.py     the password, the throttle on wrong guesses, `require`
     app/admin_training.py  learner status, Retrain now, cancel, runs, schedule
@@ -30,6 +31,7 @@ from app.admin import AdminTab
 from app.context import AppContext
 from app.cowork import CoworkTab
 from app.history import HistoryTab
+from app.rate_queue import RateQueuePanel
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "app.css"
 OTHER_SLOTS = 8  # ratings, history pages, admin reads: quick, a few at a time per worker
@@ -56,6 +58,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 cocode.build()
             with gr.Tab("History", id="history") as history_tab:
                 history.build()
+                RateQueuePanel(ctx, history.kind).build()
             with gr.Tab("Admin", id="admin"):
                 admin.build()
         for tab, cowork in ((cowrite_tab, cowrite), (cocode_tab, cocode)):

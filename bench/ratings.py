@@ -87,6 +87,7 @@ from agents.tasks import split_tasks  # noqa: E402
 from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
 from learner.evaluate import episode_metrics  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
+from learner.rating_queue import pairs_to_rate  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
 from learner.reward_config import RewardWeights  # noqa: E402
 from learner.train import TrainArgs, train  # noqa: E402
@@ -207,6 +208,16 @@ def copy_db(source: Path, dest: Path) -> None:
         db.conn.backup(out)
 
 
+def queued_pairs(db_path: Path, sampled: list[tuple]) -> list[tuple]:
+    """The A/B pair of each task as the rating queue (`learner.rating_queue`) offers it: its
+    two sampled answers least alike; a task whose answers are one text is left out."""
+    by_id = {result.episode_id: result for answers in sampled for result in answers}
+    task_ids = sorted({answers[0].task_id for answers in sampled})
+    with store.open_db(db_path) as db:
+        pairs = pairs_to_rate(db, limit=len(task_ids), task_ids=task_ids)
+    return [(by_id[pair.left], by_id[pair.right]) for pair in sorted(pairs, key=lambda p: p.left)]
+
+
 def rate(db_path: Path, rated, rater: str, has, seed: int) -> dict:
     """The simulated rater's ratings through `store.add_rating` (the page's): an A/B vote on
     each pair, or a thumb on each single answer; the count of each choice."""
@@ -313,6 +324,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
     sampling = Sampling(max_tokens=args.max_tokens)  # T = 0.8, as the page samples A/B pairs
 
     answers, label = RATING_KINDS[args.rating]
+    if args.rating == "ab":
+        answers = args.candidates
 
     def sample(task) -> tuple:  # as the page samples them: an A/B pair, or one answer
         return tuple(run_group(task, client, answers, db=shared, sampling=sampling, **team(args)))
@@ -323,8 +336,10 @@ def experiment(client, model_path, home: Path, args) -> dict:
               f"one rating each", flush=True)  # fmt: skip
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         rated = list(pool.map(sample, tasks))
-    print(f"sampled {answers} answer(s) for each of {len(rated)} {label} ratings, "
-          f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+    if args.rating == "ab":  # the pair of each task the History tab's queue would show
+        rated = queued_pairs(shared, rated)
+    print(f"sampled {answers} answer(s) for each of {len(tasks)} tasks, {len(rated)} {label} "
+          f"ratings, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 
     arms = {}
     for rater in raters:
@@ -348,6 +363,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         "property": args.property,
         "ratings": len(rated),
         "rating": args.rating,
+        "candidates": args.candidates if args.rating == "ab" else 1,
         "held_out": len(held_out),
         "samples": args.samples,
         "steps": args.steps,
@@ -380,7 +396,9 @@ def code_revision() -> str | None:
 
 
 def rating_kind(figures: dict) -> str:
-    return RATING_KINDS[figures.get("rating", "ab")][1]  # earlier runs: A/B
+    kind = RATING_KINDS[figures.get("rating", "ab")][1]  # earlier runs: A/B
+    candidates = figures.get("candidates", 2)  # earlier runs: the two sampled answers
+    return kind + (f" (least alike of {candidates})" if candidates > 2 else "")
 
 
 def report(figures: dict) -> str:
@@ -548,6 +566,13 @@ def main() -> None:
     parser.add_argument(
         "--rating", choices=list(RATING_KINDS), default="ab", help="what the rater gives"
     )
+    parser.add_argument(
+        "--candidates",
+        type=int,
+        default=2,
+        help="A/B: answers sampled per rated task; the pair rated is the two least alike, as "
+        "the History tab's rating queue picks it (2: the two sampled)",
+    )
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
     parser.add_argument(
         "--samples", type=int, default=1, help="answers per prompt (1: greedy; more: T = 0.8)"
@@ -598,6 +623,8 @@ def main() -> None:
         args.property = next(iter(PROPERTIES[args.task]))
     if args.property not in PROPERTIES[args.task]:
         parser.error(f"--property for {args.task}: {', '.join(PROPERTIES[args.task])}")
+    if args.candidates < 2:
+        parser.error("--candidates must be >= 2 (a pair)")
     if args.group_size < 2:
         parser.error("--group-size must be >= 2 (the advantage needs a group)")
     from agents.server import ServerConfig, connect_or_start

@@ -249,6 +249,30 @@ def test_history_lists_filters_and_opens_an_episode(app, page):
     screenshot(page, "history")
 
 
+def test_history_offers_two_stored_answers_to_rate_and_records_the_vote(app, page):
+    said = "The minister said on Tuesday that the bridge would reopen in May, after repairs."
+    goals = "Two late goals gave the visitors a 2-1 win in a cup tie played in heavy rain."
+    with store.open_db(app.db) as db:  # the newest task: two different stored answers
+        task = store.create_task(db, "writing", "Say what happened at the bridge.")
+        answers = []
+        for text in (said, goals):
+            answers.append(store.start_episode(db, task, shape="parallel", roles=["a", "b"]))
+            store.finish_episode(db, answers[-1], text)
+    open_tab(page, "History")
+    page.locator("#rate-show").click()
+    expect(page.locator("#rate-task")).to_contain_text(f"Task #{task}")
+    expect(page.locator("#rate-left")).to_contain_text("the bridge would reopen")
+    expect(page.locator("#rate-right")).to_contain_text("Two late goals")
+    screenshot(page, "history-rate-queue")
+    page.locator("#rate-vote-right").click()
+    expect(page.locator("#rate-status")).to_contain_text("Saved rating")
+    [vote] = ratings_of(app.db, answers[0])
+    assert (vote["kind"], vote["choice"]) == ("pairwise", "right")
+    assert vote["other_episode_id"] == answers[1]
+    assert vote["rater"].startswith("ip:")  # the server's identity for the browser
+    expect(page.locator("#rate-task")).not_to_contain_text(f"Task #{task}")  # the next pair
+
+
 def test_admin_is_refused_without_the_password_and_opens_with_it(app, page):
     open_tab(page, "Admin")
     panel = page.locator("#admin-panel")

@@ -1,0 +1,69 @@
+"""The rating queue: for each task not yet compared by its rater, the two stored answers the
+sentence-embedding model finds least alike (a real SQLite file, the real embedding model)."""
+
+from __future__ import annotations
+
+import pytest
+
+import store
+from learner.rating_queue import most_different, pairs_to_rate
+
+SAID = "The minister said on Tuesday that the bridge would reopen in May, after repairs."
+SAID_AGAIN = "On Tuesday the minister said the bridge would reopen in May once repaired."
+GOALS = "Two late goals gave the visitors a 2-1 win in a cup tie played in heavy rain."
+
+
+def answer(db, task_id, output, status="ok"):
+    episode_id = store.start_episode(db, task_id, shape="parallel", roles=["a", "b"])
+    if status == "ok":
+        store.finish_episode(db, episode_id, output)
+    elif status == "failed":
+        store.fail_episode(db, episode_id, "crashed")
+    return episode_id
+
+
+def test_most_different_picks_the_two_least_alike():
+    assert most_different([SAID, SAID_AGAIN, GOALS])[:2] in {(0, 2), (1, 2)}
+    i, j, distance = most_different([SAID, SAID_AGAIN])
+    assert (i, j) == (0, 1) and 0 < distance < 0.5  # the same news, reworded
+    with pytest.raises(ValueError, match="two texts"):
+        most_different([SAID])
+
+
+def test_a_task_offers_its_least_alike_answers_and_leaves_after_the_raters_vote(db):
+    news, sport = store.create_task(db, "writing", "news"), store.create_task(db, "writing", "x")
+    said, said_again, goals = (answer(db, news, text) for text in (SAID, SAID_AGAIN, GOALS))
+    answer(db, news, "", status="ok")  # empty: never shown
+    answer(db, news, None, status="failed")
+    first, second = answer(db, sport, GOALS), answer(db, sport, SAID)
+    pairs = pairs_to_rate(db, "ann", limit=5)
+    assert [p.task_id for p in pairs] == [sport, news]  # newest answers first
+    assert (pairs[0].left, pairs[0].right) == (first, second)
+    assert (pairs[1].left, pairs[1].right) in {(said, goals), (said_again, goals)}
+    assert pairs[1].distance > 0.5
+    assert pairs_to_rate(db, "ann", limit=1) == pairs[:1]
+    assert pairs_to_rate(db, "ann", limit=5, task_ids=[news]) == pairs[1:]
+
+    store.add_rating(db, first, "pairwise", choice="left", other_episode_id=second, rater="ann")
+    assert [p.task_id for p in pairs_to_rate(db, "ann", limit=5)] == [news]  # ann is done there
+    assert [p.task_id for p in pairs_to_rate(db, "bob", limit=5)] == [sport, news]
+    assert [p.task_id for p in pairs_to_rate(db, None, limit=5)] == [sport, news]
+    assert pairs_to_rate(db, "ann", kind="coding") == []
+
+
+def test_tasks_with_one_answer_or_one_text_offer_nothing(db):
+    alone, same = store.create_task(db, "writing", "a"), store.create_task(db, "writing", "b")
+    answer(db, alone, SAID)
+    answer(db, same, GOALS)
+    answer(db, same, GOALS)  # two answers, one text: a certain tie
+    assert pairs_to_rate(db, limit=5) == []
+    with pytest.raises(ValueError, match="limit"):
+        pairs_to_rate(db, limit=0)
+
+
+def test_only_the_newest_candidates_are_compared(db):
+    task = store.create_task(db, "writing", "news")
+    oldest = answer(db, task, GOALS)  # the most different, but past the newest two
+    newer = [answer(db, task, text) for text in (SAID, SAID_AGAIN)]
+    (pair,) = pairs_to_rate(db, candidates=2)
+    assert (pair.left, pair.right) == tuple(newer) and oldest not in (pair.left, pair.right)
