@@ -4,7 +4,9 @@ preference model learns from those ratings and scores every rollout), and held-o
 answered before and after.
 
     rating ab       (default) N A/B pairs, one per training task, as the page's A/B mode: the
-                    rater picks the answer with the property, a tie when both or neither have it
+                    rater picks the answer with the property, a tie when both or neither have it;
+                    with --candidates K, K answers are sampled a task and the pair rated is the
+                    one the History tab's rating queue offers (the two least alike)
     rating thumbs   N answers, one per training task, each given a thumb: up with the property,
                     down without (the control: a coin flip); every rating says something, where
                     most A/B pairs of a property that one answer in three has are ties
@@ -45,7 +47,8 @@ update: the groups whose samples differ in the property, and the preference term
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
 Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated] [--task coding|summary]
-                               [--property NAME] [--rating ab|thumbs] [--ratings 4] [--held-out 4]
+                               [--property NAME] [--rating ab|thumbs] [--candidates 2]
+                               [--ratings 4] [--held-out 4]
                                [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
