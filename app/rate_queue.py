@@ -1,7 +1,7 @@
 """Rate two stored answers: the History tab's panel that shows, one task at a time, the two
 answers to it already in the store that differ most (`learner.rating_queue`: training rollouts,
 A/B runs, earlier episodes) and takes an A/B vote on them. Nothing is generated, so a person can
-vote as fast as they read, and the pairs it shows are the ones whose votes are least often ties.
+vote as fast as they read, and never on two answers of one text (a certain tie).
 A vote is stored as the Co-code/Co-write A/B vote is (`app.rating.save_vote`: the server's
 identity for the rater, the same limits), and the next pair follows at once."""
 
