@@ -21,9 +21,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import numpy as np
 from sqlite_utils import Database
 
+from learner.preference import sentence_embedding
 from store.db import rows
 
 CANDIDATES = 8  # a task's most recent answers compared; a training step stores G = 4 a task
@@ -43,11 +43,9 @@ class RatingPair:
 def most_different(texts: list[str]) -> tuple[int, int, float]:
     """The indices of the two texts whose sentence embeddings are least alike, and their
     distance (1 − cosine). Needs two texts or more."""
-    from learner.writing_reward import embed_texts
-
     if len(texts) < 2:
         raise ValueError("a pair needs two texts or more")
-    vectors = np.asarray(embed_texts(texts), dtype=np.float64)
+    vectors = sentence_embedding(texts)
     similarity = vectors @ vectors.T
     i, j = min(itertools.combinations(range(len(texts)), 2), key=lambda p: similarity[p])
     return i, j, round(float(1.0 - similarity[i, j]), 6)
