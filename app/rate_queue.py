@@ -1,8 +1,9 @@
-"""Rate two stored answers: the History tab's panel that shows, one task at a time, the two
-answers to it already in the store that differ most (`learner.rating_queue`: training rollouts,
-A/B runs, earlier episodes) and takes an A/B vote on them. Nothing is generated, so a person can
-vote as fast as they read, and never on two answers of one text (a certain tie).
-A vote is stored as the Co-code/Co-write A/B vote is (`app.rating.save_vote`: the server's
+"""Rate two stored answers: the History tab's panel that shows, one task at a time, two answers
+to it already in the store (`learner.rating_queue`: training rollouts, A/B runs, earlier
+episodes), the two whose vote should teach most: those the preference model learnt from the
+votes so far scores furthest apart, or before it can tell, the two least alike. It takes an
+A/B vote on them. Nothing is generated, so a person can vote as fast as they read, and never
+on two answers of one text (a certain tie). A vote is stored as the Co-code/Co-write A/B vote is (`app.rating.save_vote`: the server's
 identity for the rater, the same limits), and the next pair follows at once."""
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ NONE_LEFT = (
     "No pair to rate: every task with two or more different answers has your vote, or none has "
     "two yet. Run a team in A/B mode, or let a retrain store its samples."
 )
+# what picked a pair, as the heading says it (never which answer the model expects to win)
+PICKED_BY = {
+    "preference": "picked as the pair the preference model scores furthest apart",
+    "unlike": "picked as the least alike",
+}
 
 
 class RateQueuePanel:
@@ -33,8 +39,9 @@ class RateQueuePanel:
     def build(self) -> None:
         with gr.Accordion("Rate two stored answers", open=True, elem_id="rate-queue"):
             gr.Markdown(
-                "Two answers to one task from the history, the two that differ most; which is "
-                "better? Your vote teaches the team's preference model at the next retrain."
+                "Two answers to one task from the history, the two your team's votes so far say "
+                "differ most (before any vote: the least alike); which is better? Your vote "
+                "teaches the team's preference model at the next retrain."
             )
             self.pair = gr.State(None)
             self.show = gr.Button("Show a pair to rate", elem_id="rate-show")
@@ -76,7 +83,7 @@ class RateQueuePanel:
         heading = (
             f"**Task #{pair.task_id}** ({task['kind']}): {prompt}\n\n"
             f"A is episode {pair.left}, B is episode {pair.right} "
-            f"(how unlike: {pair.distance:.2f} on a scale of 0 to 2)."
+            f"(how unlike: {pair.distance:.2f} on a scale of 0 to 2; {PICKED_BY[pair.picked_by]})."
         )
         return (
             (pair.left, pair.right),

@@ -6,7 +6,9 @@ answered before and after.
     rating ab       (default) N A/B pairs, one per training task, as the page's A/B mode: the
                     rater picks the answer with the property, a tie when both or neither have it;
                     with --candidates K, K answers are sampled a task and the pair rated is the
-                    one the History tab's rating queue offers (the two least alike)
+                    one the History tab's rating queue offers after the votes before it (the
+                    two its preference model scores furthest apart, the two least alike before
+                    that model tells them apart)
     rating thumbs   N answers, one per training task, each given a thumb: up with the property,
                     down without (the control: a coin flip); every rating says something, where
                     most A/B pairs of a property that one answer in three has are ties
@@ -211,22 +213,29 @@ def copy_db(source: Path, dest: Path) -> None:
         db.conn.backup(out)
 
 
-def queued_pairs(db_path: Path, sampled: list[tuple]) -> list[tuple]:
-    """The A/B pair of each task as the rating queue (`learner.rating_queue`) offers it: its
-    two sampled answers least alike; a task whose answers are one text is left out."""
-    by_id = {result.episode_id: result for answers in sampled for result in answers}
-    task_ids = sorted({answers[0].task_id for answers in sampled})
-    with store.open_db(db_path) as db:
-        pairs = pairs_to_rate(db, limit=len(task_ids), task_ids=task_ids)
-    return [(by_id[pair.left], by_id[pair.right]) for pair in sorted(pairs, key=lambda p: p.left)]
+def queued_pair(db, answers: tuple) -> tuple | None:
+    """The pair of one task's sampled answers that the rating queue (`learner.rating_queue`)
+    offers now, the votes stored so far deciding it, and what picked it; None when the answers
+    are one text."""
+    by_id = {result.episode_id: result for result in answers}
+    found = pairs_to_rate(db, limit=1, task_ids=[answers[0].task_id])
+    return (by_id[found[0].left], by_id[found[0].right], found[0].picked_by) if found else None
 
 
-def rate(db_path: Path, rated, rater: str, has, seed: int) -> dict:
-    """The simulated rater's ratings through `store.add_rating` (the page's): an A/B vote on
-    each pair, or a thumb on each single answer; the count of each choice."""
-    rng, votes = random.Random(seed), {}
+def rate(db_path: Path, rated, rater: str, has, seed: int) -> tuple[dict, dict]:
+    """The simulated rater's ratings through `store.add_rating` (the page's), one task after
+    another: an A/B vote on each pair (of more answers, the pair the rating queue offers after
+    the votes before it), or a thumb on each single answer. The count of each choice, and of
+    what picked the queue's pairs."""
+    rng, votes, picked = random.Random(seed), {}, {}
     with store.open_db(db_path) as db:
         for answers in rated:
+            if len(answers) > 2:
+                queued = queued_pair(db, answers)
+                if queued is None:
+                    continue
+                *answers, how = queued
+                picked[how] = picked.get(how, 0) + 1
             if len(answers) == 2:
                 left, right = answers
                 choice = vote(rater, has, left.output, right.output, rng)
@@ -242,7 +251,7 @@ def rate(db_path: Path, rated, rater: str, has, seed: int) -> dict:
                 store.add_rating(db, answers[0].episode_id, "thumbs", value=value)
                 choice = "up" if value > 0 else "down"
             votes[choice] = votes.get(choice, 0) + 1
-    return votes
+    return votes, picked
 
 
 def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
@@ -339,8 +348,6 @@ def experiment(client, model_path, home: Path, args) -> dict:
               f"one rating each", flush=True)  # fmt: skip
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         rated = list(pool.map(sample, tasks))
-    if args.rating == "ab":  # the pair of each task the History tab's queue would show
-        rated = queued_pairs(shared, rated)
     print(f"sampled {answers} answer(s) for each of {len(tasks)} tasks, {len(rated)} {label} "
           f"ratings, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 
@@ -350,7 +357,9 @@ def experiment(client, model_path, home: Path, args) -> dict:
         os.environ["COTEAM_HOME"] = str(arm_home)  # its own adapter registry and runs
         db_path = arm_home / "coteam.db"
         copy_db(shared, db_path)
-        votes = {} if rater == "unrated" else rate(db_path, rated, rater, has, args.seed)
+        votes, picked = (
+            ({}, {}) if rater == "unrated" else rate(db_path, rated, rater, has, args.seed)
+        )
         with store.open_db(db_path) as db:
             since = store.count_episodes(db)
         names, preference = retrain(client, model_path, db_path, args)
@@ -358,7 +367,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
         after = measure(client, names, held_out, db_path, args, has)
         for name in names:  # the next arm's candidates get the same names
             client.unload_adapter(name)
-        arms[rater] = {"votes": votes, **preference, "signal": signal, "after": after}
+        arms[rater] = {"votes": votes, "picked_by": picked, **preference, "signal": signal}
+        arms[rater]["after"] = after
         print(f"{rater}: votes {votes}, retrain {signal}, after {rates(after)}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     return {
@@ -401,7 +411,13 @@ def code_revision() -> str | None:
 def rating_kind(figures: dict) -> str:
     kind = RATING_KINDS[figures.get("rating", "ab")][1]  # earlier runs: A/B
     candidates = figures.get("candidates", 2)  # earlier runs: the two sampled answers
-    return kind + (f" (least alike of {candidates})" if candidates > 2 else "")
+    if candidates <= 2:
+        return kind
+    # runs before 2026-11-28 (no "picked_by"): the least alike pair, picked before any vote
+    queued = any("picked_by" in arm for arm in figures["arms"].values())
+    return kind + (
+        f" (the queue's pair of {candidates})" if queued else f" (least alike of {candidates})"
+    )
 
 
 def report(figures: dict) -> str:
@@ -416,6 +432,8 @@ def report(figures: dict) -> str:
     ]
     for rater, arm in arms.items():
         learnt = f"  rater {rater}: votes {arm['votes']}, ratings learnt {arm['ratings_learnt']}"
+        if arm.get("picked_by"):
+            learnt += f", pairs picked by {arm['picked_by']}"
         if arm.get("preference_skill") is not None:  # runs before the skill-scaled weight: none
             learnt += (
                 f", preference skill {arm['preference_skill']:.2f} -> weight in the reward "
@@ -573,8 +591,8 @@ def main() -> None:
         "--candidates",
         type=int,
         default=2,
-        help="A/B: answers sampled per rated task; the pair rated is the two least alike, as "
-        "the History tab's rating queue picks it (2: the two sampled)",
+        help="A/B: answers sampled per rated task; the pair rated is the one the History tab's "
+        "rating queue offers after the votes before it (2: the two sampled)",
     )
     parser.add_argument("--held-out", type=int, default=4, help="held-out prompts measured")
     parser.add_argument(

@@ -1,19 +1,30 @@
-"""Pairs to rate: for a task, the two stored answers that differ most.
+"""Pairs to rate: for a task, the two stored answers whose vote should teach the most.
 
 An A/B vote teaches the preference model only where it is not a tie, and two answers sampled
-for one task are often alike (the same article or problem pulls them the same way): in the
-simulated-rater runs of issue 14, 35-37 of 50 votes on freshly sampled pairs were ties. The store
-already holds several answers to many tasks (every training rollout is G answers to one task;
-every A/B run is two), so the queue offers, for each task its rater has not compared yet, the
-two of its most recent finished answers (at most `CANDIDATES`) that the sentence-embedding
-model finds least alike, and skips a task whose answers are all the same text (a certain tie).
-Measured for one taste (docs/TRAINING.md, "Pairs that differ: the rating queue"): 34 of 100
-such pairs were not ties, against 30 expected of a random pair of the same answers: a small
-gain; the queue's worth is rating without waiting, on answers the store already has.
+for one task are often alike in what the rater cares about: in the simulated-rater runs of issue
+14, 35-37 of 50 votes on freshly sampled pairs were ties. The store already holds several
+answers to many tasks (every training rollout is G answers to one task; every A/B run is two),
+so the queue offers, for each task its rater has not compared yet, two of its most recent
+finished answers (at most `CANDIDATES`), and skips a task whose answers are all the same text
+(a certain tie). Which two:
+
+- once the store has ratings of the task's kind, the two that the preference model the retrain
+  learns from them (`learner.preference`, fitted here at its fixed penalty `L2`: one fit, not
+  the retrain's cross-validation, so the next pair follows in about a second) scores furthest
+  apart, when that spread says one answer wins with probability 0.55 or more: what the votes so
+  far have taught decides where the next vote is likely to be decisive, and the vote tells the
+  model whether it was right;
+- otherwise (no ratings yet, or a model that tells the candidates apart by less) the two the
+  sentence-embedding model finds least alike.
+
+Measured for one taste (docs/TRAINING.md, "Pairs the preference model picks"): of 50 votes over
+the same 8 sampled answers a task, 25-31 were decisive with the model's pairs against 17 with
+the least-alike pair, 14 with the first two sampled and 13-23 with a random pair (38 tasks had a
+decisive pair at all). Neither choice shows the rater which answer the model expects to win.
 
 The History tab's "Rate two stored answers" takes the next pair from here, and `bench/ratings.py
---candidates K` rates the pairs it picks. A vote is stored as any A/B vote (`store.add_rating`,
-kind `pairwise`), with the rater and limits of the page.
+--candidates K` rates the pairs it picks, one vote at a time. A vote is stored as any A/B vote
+(`store.add_rating`, kind `pairwise`), with the rater and limits of the page.
 """
 
 from __future__ import annotations
@@ -23,21 +34,30 @@ from dataclasses import dataclass
 
 from sqlite_utils import Database
 
-from learner.preference import sentence_embedding
+from learner.preference import (
+    L2,
+    PreferenceModel,
+    fit_preference_model,
+    preference_examples,
+    sentence_embedding,
+)
 from store.db import rows
 
 CANDIDATES = 8  # a task's most recent answers compared; a training step stores G = 4 a task
+DECISIVE_SPREAD = 0.2  # σ(0.2) = 0.55: the model's pair when it expects one answer to win so often
 
 
 @dataclass(frozen=True)
 class RatingPair:
-    """Two finished answers to one task (episode ids, left shown first) and how unlike they
-    are (1 − the cosine of their sentence embeddings)."""
+    """Two finished answers to one task (episode ids, left shown first), how unlike they are
+    (1 − the cosine of their sentence embeddings) and what picked them: "preference" (the
+    preference model's scores differ most) or "unlike" (the least alike)."""
 
     task_id: int
     left: int
     right: int
     distance: float
+    picked_by: str = "unlike"
 
 
 def most_different(texts: list[str]) -> tuple[int, int, float]:
@@ -51,6 +71,22 @@ def most_different(texts: list[str]) -> tuple[int, int, float]:
     return i, j, round(float(1.0 - similarity[i, j]), 6)
 
 
+def pick_pair(texts: list[str], model: PreferenceModel | None = None) -> tuple[int, int, str]:
+    """The indices of the pair to rate among `texts` (two or more) and what picked it: the two
+    that `model` scores furthest apart when their spread reaches DECISIVE_SPREAD, else the two
+    least alike (`most_different`)."""
+    if model is not None:
+        scores = model.raw_score(texts)
+        i, j = max(
+            itertools.combinations(range(len(texts)), 2),
+            key=lambda p: abs(scores[p[0]] - scores[p[1]]),
+        )
+        if abs(scores[i] - scores[j]) >= DECISIVE_SPREAD:
+            return i, j, "preference"
+    i, j, _ = most_different(texts)
+    return i, j, "unlike"
+
+
 def pairs_to_rate(
     db: Database,
     rater: str | None = None,
@@ -62,14 +98,16 @@ def pairs_to_rate(
 ) -> list[RatingPair]:
     """Up to `limit` pairs, one per task, newest tasks first: tasks with two or more finished
     answers that `rater` (None: ratings without a rater) has not yet compared in an A/B vote,
-    optionally only `task_ids` or tasks of `kind` ("coding", "writing")."""
+    optionally only `task_ids` or tasks of `kind` ("coding", "writing"). The pair of a task is
+    `pick_pair`'s, with the preference model fitted on every stored rating of the task's kind
+    (one fit per kind and call)."""
     if limit < 1 or candidates < 2:
         raise ValueError("limit must be >= 1 and candidates >= 2")
     finished = "e.status = 'ok' AND trim(coalesce(e.final_output, '')) <> ''"
     tasks = rows(
         db,
         f"""
-        SELECT e.task_id FROM episodes e JOIN tasks t ON t.id = e.task_id
+        SELECT e.task_id, t.kind FROM episodes e JOIN tasks t ON t.id = e.task_id
         WHERE {finished} AND (:kind IS NULL OR t.kind = :kind)
           AND e.task_id NOT IN (
             SELECT v.task_id FROM ratings r JOIN episodes v ON v.id = r.episode_id
@@ -79,8 +117,8 @@ def pairs_to_rate(
         {"kind": kind, "rater": rater},
     )
     wanted = set(task_ids) if task_ids is not None else None
-    pairs = []
-    for task_id in (t["task_id"] for t in tasks):
+    pairs, models = [], {}
+    for task_id, task_kind in ((t["task_id"], t["kind"]) for t in tasks):
         if wanted is not None and task_id not in wanted:
             continue
         found = rows(
@@ -92,9 +130,13 @@ def pairs_to_rate(
         texts = [a["final_output"] for a in found]
         if len(set(texts)) < 2:  # nothing to choose between
             continue
-        i, j, distance = most_different(texts)
+        if task_kind not in models:
+            models[task_kind] = fit_preference_model(preference_examples(db, task_kind), l2=L2)
+        i, j, picked_by = pick_pair(texts, models[task_kind])
+        vectors = sentence_embedding([texts[i], texts[j]])
+        distance = round(float(1.0 - vectors[0] @ vectors[1]), 6)
         left, right = sorted((found[i]["id"], found[j]["id"]))
-        pairs.append(RatingPair(task_id, left, right, distance))
+        pairs.append(RatingPair(task_id, left, right, distance, picked_by))
         if len(pairs) == limit:
             break
     return pairs

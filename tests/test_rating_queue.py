@@ -1,12 +1,15 @@
 """The rating queue: for each task not yet compared by its rater, the two stored answers the
-sentence-embedding model finds least alike (a real SQLite file, the real embedding model)."""
+preference model scores furthest apart once there are votes, else the two the sentence-embedding
+model finds least alike (a real SQLite file, the real embedding model and preference fit)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import store
-from learner.rating_queue import most_different, pairs_to_rate
+from learner.preference import WORD_FEATURES, PreferenceModel
+from learner.rating_queue import most_different, pairs_to_rate, pick_pair
 
 SAID = "The minister said on Tuesday that the bridge would reopen in May, after repairs."
 SAID_AGAIN = "On Tuesday the minister said the bridge would reopen in May once repaired."
@@ -67,3 +70,36 @@ def test_only_the_newest_candidates_are_compared(db):
     newer = [answer(db, task, text) for text in (SAID, SAID_AGAIN)]
     (pair,) = pairs_to_rate(db, candidates=2)
     assert (pair.left, pair.right) == tuple(newer) and oldest not in (pair.left, pair.right)
+
+
+PLAIN = "The bridge will reopen in May after repairs to its deck and railings."
+ATTRIBUTED = "The bridge will reopen in May after repairs to its deck, officials said."
+VOTED = [  # (the attributed answer, the plain one) of other tasks, the first preferred
+    ("Rents rose by 4% in the city last year, officials said.", "Rents rose by 4% in the city."),
+    ("The school will close in June, officials said.", "The school will close in June."),
+    ("A new line opens next spring, officials said.", "A new train line opens next spring."),
+    ("The museum drew a record crowd, officials said.", "The museum drew a record crowd."),
+    ("Flooding closed two roads, officials said.", "Flooding closed two roads overnight."),
+    ("The match was postponed, officials said.", "The match was postponed until Sunday."),
+]
+
+
+def test_votes_so_far_pick_the_pair_the_preference_model_scores_furthest_apart(db):
+    task = store.create_task(db, "writing", "the bridge")
+    plain, goals, attributed = (answer(db, task, t) for t in (PLAIN, GOALS, ATTRIBUTED))
+    (pair,) = pairs_to_rate(db, "ann", task_ids=[task])
+    assert pair.picked_by == "unlike" and goals in (pair.left, pair.right)  # no votes yet
+
+    for said, bare in VOTED:  # a taste for attributed writing, voted on other tasks
+        other = store.create_task(db, "writing", said)
+        first, second = answer(db, other, bare), answer(db, other, said)
+        store.add_rating(
+            db, first, "pairwise", choice="right", other_episode_id=second, rater="bob"
+        )
+    (pair,) = pairs_to_rate(db, "ann", task_ids=[task])
+    assert pair.picked_by == "preference" and attributed in (pair.left, pair.right)
+    assert pairs_to_rate(db, "ann", task_ids=[task], kind="coding") == []  # coding: no task
+    # a model that cannot tell the answers apart (coin-flip votes fit one): the least alike
+    flat = PreferenceModel(np.zeros(384 + WORD_FEATURES), 0.0, frozenset())
+    i, j, how = pick_pair([PLAIN, GOALS, ATTRIBUTED], flat)
+    assert how == "unlike" and 1 in (i, j)
