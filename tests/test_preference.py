@@ -16,6 +16,7 @@ from learner.preference import (
     fit_preference_model,
     load_preference_model,
     preference_examples,
+    sentence_embedding,
     win_rates,
 )
 from learner.reward_config import RewardWeights
@@ -220,3 +221,20 @@ def test_skill_is_the_share_of_held_out_votes_the_model_predicts():
     assert fit_on_features(features, few).skill == 0  # under 2 x 5 folds: too few to tell
     with pytest.raises(ValueError, match="human_full_skill"):
         RewardWeights(human_full_skill=0)
+
+
+def test_a_text_is_embedded_once_per_process(monkeypatch):
+    import learner.writing_reward as writing_reward
+
+    first = sentence_embedding(["The bridge reopens in May.", "Two late goals won it."])
+    asked = []
+    embed = writing_reward.embed_texts
+    monkeypatch.setattr(
+        writing_reward, "embed_texts", lambda texts: asked.append(texts) or embed(texts)
+    )
+    again = sentence_embedding(
+        ["Two late goals won it.", "Rain closed the roads.", "Rain closed the roads."]
+    )
+    assert asked == [["Rain closed the roads."]]  # only the new text, once
+    assert np.array_equal(again[0], first[1]) and np.array_equal(again[1], again[2])
+    assert again.shape == (3, 384) and sentence_embedding([]).shape == (0, 0)
