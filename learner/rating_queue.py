@@ -17,10 +17,11 @@ finished answers (at most `CANDIDATES`), and skips a task whose answers are all 
 - otherwise (no ratings yet, or a model that tells the candidates apart by less) the two the
   sentence-embedding model finds least alike.
 
-Measured for one taste (docs/TRAINING.md, "Pairs the preference model picks"): of 50 votes over
-the same 8 sampled answers a task, 25-31 were decisive with the model's pairs against 17 with
-the least-alike pair, 14 with the first two sampled and 13-23 with a random pair (38 tasks had a
-decisive pair at all). Neither choice shows the rater which answer the model expects to win.
+Measured for one taste (docs/TRAINING.md, "Pairs the preference model picks";
+`bench/rating_pairs.py`): of 50 votes over the same 8 sampled answers a task, 27-31 were
+decisive with the model's pairs against 17 with the least-alike pair, 14 with the first two
+sampled and 15-20 with a random pair (38 tasks had a decisive pair at all). The page never shows
+the rater which answer the model expects to win.
 
 The History tab's "Rate two stored answers" takes the next pair from here, and `bench/ratings.py
 --candidates K` rates the pairs it picks, one vote at a time. A vote is stored as any A/B vote
