@@ -3,8 +3,9 @@ to it already in the store (`learner.rating_queue`: training rollouts, A/B runs,
 episodes), the two whose vote should teach most: those the preference model learnt from the
 votes so far scores furthest apart, or before it can tell, the two least alike. It takes an
 A/B vote on them. Nothing is generated, so a person can vote as fast as they read, and never
-on two answers of one text (a certain tie). A vote is stored as the Co-code/Co-write A/B vote is (`app.rating.save_vote`: the server's
-identity for the rater, the same limits), and the next pair follows at once."""
+on two answers of one text (a certain tie). A vote is stored as the Co-code/Co-write A/B vote
+is (`app.rating.save_vote`: the server's identity for the rater, the same limits), and the next
+pair follows."""
 
 from __future__ import annotations
 

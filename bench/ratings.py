@@ -367,8 +367,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         after = measure(client, names, held_out, db_path, args, has)
         for name in names:  # the next arm's candidates get the same names
             client.unload_adapter(name)
-        arms[rater] = {"votes": votes, "picked_by": picked, **preference, "signal": signal}
-        arms[rater]["after"] = after
+        arms[rater] = dict(votes=votes, picked_by=picked, **preference, signal=signal, after=after)
         print(f"{rater}: votes {votes}, retrain {signal}, after {rates(after)}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     return {

@@ -57,10 +57,10 @@ L2 = 1e-2  # keeps w small when a handful of ratings would otherwise fit exactly
 # unnormalised words (norm 4-10), where 0.1 left them a spread of 0.05-0.08 in a group
 L2_GRID = (10.0, 1.0, 1e-1, 1e-2, 1e-3, 1e-4)
 FOLDS = 5
+REPEATS = 4  # fold assignments, their held-out losses summed: one alone is luck at 50 votes
 EMBEDDED_MAX = 20_000  # sentence embeddings kept in memory (384 float64 each: 3 KB)
 _EMBEDDED: dict[str, np.ndarray] = {}
 _EMBEDDED_LOCK = threading.Lock()
-REPEATS = 4  # fold assignments, their held-out losses summed: one alone is luck at 50 votes
 
 
 def sentence_embedding(texts: Sequence[str]) -> np.ndarray:

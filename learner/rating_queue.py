@@ -9,11 +9,11 @@ finished answers (at most `CANDIDATES`), and skips a task whose answers are all 
 (a certain tie). Which two:
 
 - once the store has ratings of the task's kind, the two that the preference model the retrain
-  learns from them (`learner.preference`, fitted here at its fixed penalty `L2`: one fit, not
-  the retrain's cross-validation, so the next pair follows in about a second) scores furthest
-  apart, when that spread says one answer wins with probability 0.55 or more: what the votes so
-  far have taught decides where the next vote is likely to be decisive, and the vote tells the
-  model whether it was right;
+  learns from them scores furthest apart, when that spread says one answer wins with
+  probability 0.55 or more: what the votes so far have taught decides where the next vote is
+  likely to be decisive, and the vote tells the model whether it was right. The model is
+  `learner.preference`'s, fitted here at its fixed penalty `L2` (one fit, not the retrain's
+  cross-validation: 2-3 s for the next pair at 40 votes on a busy 2-core CPU);
 - otherwise (no ratings yet, or a model that tells the candidates apart by less) the two the
   sentence-embedding model finds least alike.
 
