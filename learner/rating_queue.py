@@ -18,10 +18,11 @@ finished answers (at most `CANDIDATES`), and skips a task whose answers are all 
   sentence-embedding model finds least alike.
 
 Measured for one taste (docs/TRAINING.md, "Pairs the preference model picks";
-`bench/rating_pairs.py`): of 50 votes over the same 8 sampled answers a task, 27-31 were
+`bench/rating_pairs.py`): of 50 votes over the same 8 sampled summaries a task, 27-31 were
 decisive with the model's pairs against 17 with the least-alike pair, 14 with the first two
-sampled and 15-20 with a random pair (38 tasks had a decisive pair at all). The page never shows
-the rater which answer the model expects to win.
+sampled and 15-20 with a random pair (38 tasks had a decisive pair at all); for a taste in code
+(commented programs) 40-42 against 22, 17 and 19-26 (45 possible). The page never shows the
+rater which answer the model expects to win.
 
 The History tab's "Rate two stored answers" takes the next pair from here, and `bench/ratings.py
 --candidates K` rates the pairs it picks, one vote at a time. A vote is stored as any A/B vote
