@@ -46,7 +46,7 @@ from ratings import AGENTS, PROPERTIES, team, vote  # noqa: E402
 
 import store  # noqa: E402
 from learner.preference import L2, PreferenceExamples, features, fit_on_features  # noqa: E402
-from learner.rating_queue import most_different, pick_pair  # noqa: E402
+from learner.rating_queue import pick_pair  # noqa: E402
 from store.db import rows  # noqa: E402
 
 WAYS = ("first", "random", "unlike", "queue")
@@ -85,10 +85,8 @@ def decisive_votes(
             i, j = 0, 1
         elif way == "random":
             i, j = rng.sample(range(len(texts)), 2)
-        elif way == "unlike":
-            i, j, _ = most_different(texts)
-        else:
-            i, j, _ = pick_pair(texts, model)
+        else:  # unlike (its model stays None: the least alike) or queue
+            i, j, *_ = pick_pair(texts, model)
         choice = vote("prefers", has, texts[i], texts[j], rng)
         decisive += choice != "tie"
         if way == "queue":  # the vote stored, the model refitted as the queue fits it

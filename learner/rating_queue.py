@@ -62,31 +62,25 @@ class RatingPair:
     picked_by: str = "unlike"
 
 
-def most_different(texts: list[str]) -> tuple[int, int, float]:
-    """The indices of the two texts whose sentence embeddings are least alike, and their
-    distance (1 − cosine). Needs two texts or more."""
+def pick_pair(
+    texts: list[str], model: PreferenceModel | None = None
+) -> tuple[int, int, float, str]:
+    """The pair to rate among `texts` (two or more): its indices, how unlike the two are
+    (1 − the cosine of their sentence embeddings) and what picked it: the two that `model`
+    scores furthest apart when their spread reaches DECISIVE_SPREAD ("preference"), else the
+    two least alike ("unlike")."""
     if len(texts) < 2:
         raise ValueError("a pair needs two texts or more")
     vectors = sentence_embedding(texts)
     similarity = vectors @ vectors.T
-    i, j = min(itertools.combinations(range(len(texts)), 2), key=lambda p: similarity[p])
-    return i, j, round(float(1.0 - similarity[i, j]), 6)
-
-
-def pick_pair(texts: list[str], model: PreferenceModel | None = None) -> tuple[int, int, str]:
-    """The indices of the pair to rate among `texts` (two or more) and what picked it: the two
-    that `model` scores furthest apart when their spread reaches DECISIVE_SPREAD, else the two
-    least alike (`most_different`)."""
+    pairs = list(itertools.combinations(range(len(texts)), 2))
+    (i, j), picked_by = min(pairs, key=lambda p: similarity[p]), "unlike"
     if model is not None:
         scores = model.raw_score(texts)
-        i, j = max(
-            itertools.combinations(range(len(texts)), 2),
-            key=lambda p: abs(scores[p[0]] - scores[p[1]]),
-        )
-        if abs(scores[i] - scores[j]) >= DECISIVE_SPREAD:
-            return i, j, "preference"
-    i, j, _ = most_different(texts)
-    return i, j, "unlike"
+        a, b = max(pairs, key=lambda p: abs(scores[p[0]] - scores[p[1]]))
+        if abs(scores[a] - scores[b]) >= DECISIVE_SPREAD:
+            (i, j), picked_by = (a, b), "preference"
+    return i, j, round(float(1.0 - similarity[i, j]), 6), picked_by
 
 
 def pairs_to_rate(
@@ -134,9 +128,7 @@ def pairs_to_rate(
             continue
         if task_kind not in models:
             models[task_kind] = fit_preference_model(preference_examples(db, task_kind), l2=L2)
-        i, j, picked_by = pick_pair(texts, models[task_kind])
-        vectors = sentence_embedding([texts[i], texts[j]])
-        distance = round(float(1.0 - vectors[0] @ vectors[1]), 6)
+        i, j, distance, picked_by = pick_pair(texts, models[task_kind])
         left, right = sorted((found[i]["id"], found[j]["id"]))
         pairs.append(RatingPair(task_id, left, right, distance, picked_by))
         if len(pairs) == limit:

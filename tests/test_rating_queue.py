@@ -9,7 +9,7 @@ import pytest
 
 import store
 from learner.preference import WORD_FEATURES, PreferenceModel
-from learner.rating_queue import most_different, pairs_to_rate, pick_pair
+from learner.rating_queue import pairs_to_rate, pick_pair
 
 SAID = "The minister said on Tuesday that the bridge would reopen in May, after repairs."
 SAID_AGAIN = "On Tuesday the minister said the bridge would reopen in May once repaired."
@@ -25,12 +25,13 @@ def answer(db, task_id, output, status="ok"):
     return episode_id
 
 
-def test_most_different_picks_the_two_least_alike():
-    assert most_different([SAID, SAID_AGAIN, GOALS])[:2] in {(0, 2), (1, 2)}
-    i, j, distance = most_different([SAID, SAID_AGAIN])
+def test_without_a_model_the_two_least_alike_are_picked():
+    assert pick_pair([SAID, SAID_AGAIN, GOALS])[:2] in {(0, 2), (1, 2)}
+    i, j, distance, how = pick_pair([SAID, SAID_AGAIN])
+    assert how == "unlike"
     assert (i, j) == (0, 1) and 0 < distance < 0.5  # the same news, reworded
     with pytest.raises(ValueError, match="two texts"):
-        most_different([SAID])
+        pick_pair([SAID])
 
 
 def test_a_task_offers_its_least_alike_answers_and_leaves_after_the_raters_vote(db):
@@ -101,5 +102,5 @@ def test_votes_so_far_pick_the_pair_the_preference_model_scores_furthest_apart(d
     assert pairs_to_rate(db, "ann", task_ids=[task], kind="coding") == []  # coding: no task
     # a model that cannot tell the answers apart (coin-flip votes fit one): the least alike
     flat = PreferenceModel(np.zeros(384 + WORD_FEATURES), 0.0, frozenset())
-    i, j, how = pick_pair([PLAIN, GOALS, ATTRIBUTED], flat)
+    i, j, _, how = pick_pair([PLAIN, GOALS, ATTRIBUTED], flat)
     assert how == "unlike" and 1 in (i, j)
