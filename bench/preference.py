@@ -90,8 +90,7 @@ def simulated_votes(groups, tasks, n: int, rater: str, has, rng: random.Random):
     for k, (task, i) in enumerate(pairs[:n]):
         left, right = shuffled[task][i], shuffled[task][i + 1]
         choice = vote(rater, has, left["output"], right["output"], rng)
-        x, y = examples.text_index(left["output"]), examples.text_index(right["output"])
-        examples.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[choice]))
+        examples.add_vote(left["output"], right["output"], choice)
         examples.rating_ids.add(k)
     return examples
 

@@ -90,8 +90,7 @@ def decisive_votes(
         choice = vote("prefers", has, texts[i], texts[j], rng)
         decisive += choice != "tie"
         if way == "queue":  # the vote stored, the model refitted as the queue fits it
-            x, y = examples.text_index(texts[i]), examples.text_index(texts[j])
-            examples.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[choice]))
+            examples.add_vote(texts[i], texts[j], choice)
             examples.rating_ids.add(len(examples.pairs))
             fitted = np.array([phi[text] for text in examples.texts])
             model = fit_on_features(fitted, examples, l2=L2)

@@ -119,6 +119,11 @@ class PreferenceExamples:
             self.texts.append(text)
         return self._index[text]
 
+    def add_vote(self, left: str, right: str, choice: str) -> None:
+        """An A/B vote between two texts: "left", "right" or "tie" (P(left ≻ right) 1, 0, ½)."""
+        x, y = self.text_index(left), self.text_index(right)
+        self.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[choice]))
+
 
 def preference_examples(db: Database, task_kind: str | None = None) -> PreferenceExamples:
     """Every rating in the store that says something about preference, as examples.
@@ -155,11 +160,10 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
         if r["kind"] == "pairwise":
             if not r["other_output"]:
                 continue
-            y = examples.text_index(r["other_output"])
             if r["choice"] == "both_bad":
-                examples.singles += [(x, 0.0), (y, 0.0)]
+                examples.singles += [(x, 0.0), (examples.text_index(r["other_output"]), 0.0)]
             else:
-                examples.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[r["choice"]]))
+                examples.add_vote(own, r["other_output"], r["choice"])
         elif r["kind"] == "edit":
             examples.pairs.append((examples.text_index(r["text"]), x, 1.0))
         else:
