@@ -47,7 +47,7 @@ from sqlite_utils import Database
 import store
 from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
 from agents.episode_result import EpisodeResult, Step
-from agents.feedback import CodeChecker, assess_code, assess_writing, parse_check
+from agents.feedback import Assessment, CodeChecker, assess_code, assess_writing, parse_check
 from agents.outline import assemble, document_sections, outline_of, writer_stop
 from agents.policy import Completion, Request
 from agents.roles import (
@@ -262,20 +262,9 @@ def environment(team: Team, state: TeamState) -> dict:
     """Judge the turn's result, give each agent its feedback, and decide whether to go on."""
     latest = {step["agent"]: step for step in state["steps"] if step["turn"] == state["turn"]}
     cut_off = [latest[i]["finish_reason"] == "length" for i in range(team.size)]
-    if team.task.kind == "coding":
-        verdict = assess_code(state["combined"], team.roles, team.task, team.checker, cut_off)
-    else:
-        texts = [state["outputs"][i] for i in range(team.size)]
-        verdict = assess_writing(texts, team.roles, cut_off)
+    verdict = assess(team, state, cut_off)
     done = verdict.success or state["turn"] + 1 >= team.turns
-    record = {
-        "turn": state["turn"],
-        "success": verdict.success,
-        "feedback": verdict.feedback,
-        "details": verdict.details,
-        "output": state["output"],
-        "report": verdict.report,
-    }
+    record = _turn_record(state["turn"], verdict, state["output"])
     get_stream_writer()({"event": "turn_end", **record, "done": done})
     return {
         "feedback": verdict.feedback,
@@ -283,6 +272,64 @@ def environment(team: Team, state: TeamState) -> dict:
         "done": done,
         "turn": state["turn"] if done else state["turn"] + 1,
     }
+
+
+def assess(team: Team, state: Mapping[str, Any], cut_off: Sequence[bool]) -> Assessment:
+    """The environment's verdict on the team's latest parts (`state`'s outputs, as combined)."""
+    if team.task.kind == "coding":
+        return assess_code(state["combined"], team.roles, team.task, team.checker, cut_off)
+    texts = [state["outputs"][i] for i in range(team.size)]
+    return assess_writing(texts, team.roles, cut_off)
+
+
+def _turn_record(turn: int, verdict: Assessment, output: str) -> dict:
+    """A turn's entry in `EpisodeResult.assessments`."""
+    return {
+        "turn": turn,
+        "success": verdict.success,
+        "feedback": verdict.feedback,
+        "details": verdict.details,
+        "output": output,
+        "report": verdict.report,
+    }
+
+
+def recombine(
+    results: Sequence[EpisodeResult], picks: Sequence[int], checker: CodeChecker = parse_check
+) -> EpisodeResult:
+    """The joint sample in which agent a's part is the one it wrote in `results[picks[a]]`:
+    one-turn `parallel` episodes of one group (one task, one team), their parts mixed, combined
+    and judged by the environment as an episode of those parts would have been (`checker` as the
+    episodes': the sandbox's runs the tests). Every agent wrote its part on its own view, so any
+    mix is a joint action the team could have taken. Nothing is stored (`episode_id` 0): a
+    training run's "cross" pairing scores these (`learner.magrpo.MAGRPOConfig.joint_mode`)."""
+    first = results[0]
+    if first.shape != "parallel" or any(
+        r.turns != 1 or r.task_id != first.task_id for r in results
+    ):
+        raise ValueError("only one-turn parallel episodes of one task can be recombined")
+    if len(picks) != len(first.roles):
+        raise ValueError(f"{len(picks)} picks for a team of {len(first.roles)}")
+    team = Team(first.task, first.shape, first.roles, first.adapters, Sampling(), 1, None, checker)
+    steps = [results[g].final_steps()[agent] for agent, g in enumerate(picks)]
+    state: dict[str, Any] = {"outputs": {agent: step["text"] for agent, step in enumerate(steps)}}
+    state |= combine(team, state)
+    verdict = assess(team, state, [step["finish_reason"] == "length" for step in steps])
+    return EpisodeResult(
+        episode_id=0,
+        task_id=first.task_id,
+        task=first.task,
+        shape=first.shape,
+        roles=first.roles,
+        adapters=first.adapters,
+        steps=steps,
+        output=state["output"],
+        success=verdict.success,
+        turns=1,
+        wall_time_s=max(results[g].wall_time_s for g in picks),
+        assessments=[_turn_record(0, verdict, state["output"])],
+        token_budget=first.token_budget,
+    )
 
 
 def share_drafts(state: TeamState) -> dict:

@@ -276,6 +276,13 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
         p.add_argument(
             "--gamma", type=float, help="several turns: a call's return is gamma^(turns after) x R"
         )
+        p.add_argument(
+            "--joint-mode",
+            choices=("aligned", "cross"),
+            help="aligned: sample g of every agent is joint action g; cross: every agent's "
+            "samples with every teammate's (G^agents joint rewards, one turn), each sample's "
+            "return the mean over the joint actions it is part of",
+        )
         p.add_argument("--seed", type=int)
         p.add_argument("--gate-tasks", type=int, help="validation tasks the gate scores on")
         p.add_argument(

@@ -41,6 +41,7 @@ def _train_args(args: argparse.Namespace):
         clip_eps=args.clip_eps,
         kl_coef=args.kl_coef,
         gamma=args.gamma,
+        joint_mode=args.joint_mode,
         seed=args.seed,
     )
 

@@ -23,7 +23,8 @@ With --without-plugin CoTeam is timed twice, first on a server without CoTeam's 
 
 Usage: python bench/learner.py [--model PRESET|FOLDER] [--group-size 4] [--tasks 2]
                                [--max-tokens 128] [--steps 2] [--vllm-url URL]
-                               [--skip-trl] [--skip-comlrl] [--without-plugin] [--json PATH]
+                               [--skip-trl] [--skip-comlrl] [--without-plugin]
+                               [--joint-mode aligned|cross] [--json PATH]
 """
 
 from __future__ import annotations
@@ -110,7 +111,10 @@ def step_figures(step_seconds: list[float], samples_per_step: int, tasks: int, g
 def magrpo_config(args) -> MAGRPOConfig:
     """CoTeam's MAGRPO knobs for this run; the other trainers copy its LoRA and sampling."""
     return MAGRPOConfig(
-        group_size=args.group_size, tasks_per_step=args.tasks, max_new_tokens=args.max_tokens
+        group_size=args.group_size,
+        tasks_per_step=args.tasks,
+        max_new_tokens=args.max_tokens,
+        joint_mode=args.joint_mode,
     )
 
 
@@ -408,6 +412,12 @@ def main() -> None:
         action="store_true",
         help="first time CoTeam on a server without CoTeam's vLLM plugin (vLLM's own CPU LoRA "
         "ops), the baseline of the plugin's gain; needs a managed server (no --vllm-url)",
+    )
+    parser.add_argument(
+        "--joint-mode",
+        choices=("aligned", "cross"),
+        default="aligned",
+        help="CoTeam's pairing of the agents' samples (learner.magrpo; the others: aligned)",
     )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # the subprocess

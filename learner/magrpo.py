@@ -22,6 +22,16 @@ end to end in one row, each seeing the prompt and itself only (`group_logprobs`)
 step whose advantages are all zero carries no signal: `update` then leaves the optimizer alone
 (Adam's momentum would still move the LoRA).
 
+Cross pairing (`joint_mode="cross"`, the authors' library's option of that name): in the
+aligned mode an agent's good sample paired with a teammate's bad one earns the pair's low reward.
+Crossed, every agent's G samples are combined with every teammate's (G^N joint actions from the
+same G samples per agent, each combined and judged by the environment as an episode would be,
+`agents.team.recombine`), and agent i's sample k returns the mean joint reward of the joint
+actions it is part of (`cross_returns`): its own share of the outcome, averaged over what its
+teammates might write, so each agent gets advantages of its own. (The authors' library sums
+instead of averaging: the same advantages times G^(N−1).) One turn only: a second turn's
+observations depend on the first's joint output.
+
 Several turns (test feedback between them): every agent's call of every turn is trained with its
 discounted return. An episode earns its joint reward R when it ends, after T turns (at the first
 success or the turn limit), so the call of turn t returns γ^(T−1−t)·R: a team that succeeds at
@@ -34,6 +44,7 @@ at the end counts here, and each episode has one branch.)
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -64,6 +75,9 @@ class MAGRPOConfig:
     max_grad_norm: float = 1.0
     micro_batch: int = 2  # samples of different prompts per forward/backward; bounds memory
     gamma: float = 0.9  # several turns: a call's return is gamma^(turns after it) x R
+    # "aligned": sample g of every agent forms joint action g; "cross": every sample of each agent
+    # with every sample of the others (G^agents joint rewards, at most MAX_CROSS_JOINT; one turn)
+    joint_mode: str = "aligned"
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -78,6 +92,31 @@ def group_advantages(
     if scale_by_std:
         advantages = advantages / (rewards.std(unbiased=False) + eps)
     return advantages
+
+
+JOINT_MODES = ("aligned", "cross")
+MAX_CROSS_JOINT = 64  # joint actions a crossed group may score (G = 4: 2 or 3 agents; G = 8: 2)
+
+
+def cross_picks(group_size: int, agents: int) -> list[tuple[int, ...]]:
+    """Every joint action of a crossed group: (sample of agent 0, of agent 1, ...), G^agents."""
+    return list(itertools.product(range(group_size), repeat=agents))
+
+
+def cross_returns(
+    rewards: torch.Tensor, picks: list[tuple[int, ...]], group_size: int
+) -> torch.Tensor:
+    """Each agent's samples' returns in a crossed group, shape [agents, G]: for agent i's
+    sample k, the mean joint reward R over the joint actions `picks` in which agent i played k."""
+    index = torch.tensor(picks)  # [joint actions, agents]
+    returns = torch.zeros(index.shape[1], group_size, dtype=rewards.dtype)
+    counts = torch.zeros_like(returns)
+    for agent in range(index.shape[1]):
+        returns[agent].index_add_(0, index[:, agent], rewards)
+        counts[agent].index_add_(0, index[:, agent], torch.ones_like(rewards))
+    if (counts == 0).any():
+        raise ValueError("every sample of every agent must be in some joint action")
+    return returns / counts
 
 
 def turn_groups(

@@ -36,14 +36,18 @@ from typing import get_args
 import torch
 
 import store
-from agents.feedback import sandbox_check
+from agents.feedback import parse_check, sandbox_check
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import MAX_TURNS, Sampling, run_group
+from agents.team import MAX_TURNS, Sampling, recombine, run_group
 from learner.magrpo import (
+    JOINT_MODES,
+    MAX_CROSS_JOINT,
     AgentPolicies,
     MAGRPOConfig,
     Sample,
+    cross_picks,
+    cross_returns,
     group_advantages,
     has_signal,
     turn_groups,
@@ -56,6 +60,7 @@ from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
 
 log = logging.getLogger(__name__)
+CROSS_WORKERS = 4  # recombined joint actions judged at once (each program's tests: a subprocess)
 
 
 class Cancelled(Exception):
@@ -120,6 +125,19 @@ class TrainArgs:
             raise ValueError("tasks_per_step, micro_batch and max_new_tokens must be at least 1")
         if not c.learning_rate > 0:
             raise ValueError(f"the learning rate must be positive, not {c.learning_rate}")
+        if c.joint_mode not in JOINT_MODES:
+            raise ValueError(f"unknown joint mode {c.joint_mode!r}: {' or '.join(JOINT_MODES)}")
+        if c.joint_mode == "cross" and self.turns != 1:
+            raise ValueError(
+                "cross pairing trains one-turn episodes: a second turn's observations depend on "
+                "the first turn's joint output, which crossing changes (use --turns 1 or aligned)"
+            )
+        if c.joint_mode == "cross" and c.group_size**self.agents > MAX_CROSS_JOINT:
+            raise ValueError(
+                f"cross pairing scores G^agents = {c.group_size}^{self.agents} = "
+                f"{c.group_size**self.agents} joint actions a task, more than {MAX_CROSS_JOINT}: "
+                "use fewer agents, a smaller group, or aligned"
+            )
         if self.task_limit is not None and self.task_limit < 1:
             raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")
         self.gate.check()
@@ -226,19 +244,26 @@ def train(
                 )
                 groups = list(pool.map(rollout, step_tasks))
             skipped = 0
-            for results, group in groups:
+            for results, group, returns in groups:
                 rewards.extend(group.tolist())
                 taken = [r.turns for r in results]
                 turns_taken.extend(taken)
-                for turn, members, returns in turn_groups(taken, group, cfg.gamma):
-                    advantages = group_advantages(returns, cfg.scale_advantages_by_std)
-                    if not has_signal(advantages):  # all equal: nothing to learn from it
+                # per agent: the same returns (aligned) or each agent's own (cross pairing)
+                by_agent = [turn_groups(taken, r, cfg.gamma) for r in returns]
+                for turn_group in zip(*by_agent, strict=True):
+                    turn, members, _ = turn_group[0]
+                    advantages = [
+                        group_advantages(r, cfg.scale_advantages_by_std) for _, _, r in turn_group
+                    ]
+                    if not any(map(has_signal, advantages)):  # all equal: nothing to learn
                         skipped += 1
                         continue
-                    for agent in range(args.agents):
+                    for agent, agent_advantages in enumerate(advantages):
+                        if not has_signal(agent_advantages):
+                            continue
                         calls = agent_samples([results[g] for g in members], agent, turn)
                         per_agent[agent][0].extend(calls)
-                        per_agent[agent][1].append(advantages)
+                        per_agent[agent][1].append(agent_advantages)
             rollout_s = time.perf_counter() - t0
             losses, updated = {}, False
             for agent, (samples, advantages) in per_agent.items():
@@ -306,7 +331,10 @@ def train(
 def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference, weights):
     """One task's group: G joint samples, scored together with `weights` (the run's, the human
     weight scaled by the preference model's skill) and the people's model's verdict on each
-    (`score_group`), their rewards recorded; returns the results and rewards."""
+    (`score_group`), their rewards recorded. Returns the results, their rewards [G] and each
+    agent's samples' returns [agents, G]: the rewards (aligned) or, crossed, the mean reward of
+    the G^agents recombined joint actions each sample is part of (`cross_group`)."""
+    checker = task_checker(task)
     results = run_group(
         task,
         client,
@@ -317,7 +345,7 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
         agents=args.agents,
         turns=args.turns,
         adapters=names,
-        **({"checker": sandbox_check} if task.kind == "coding" else {}),
+        checker=checker,
     )
     liked = (
         preference.group_preference([r.output or "" for r in results]).tolist()
@@ -325,7 +353,39 @@ def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, pref
         else None
     )
     scores = score_group(results, weights, args.budget, liked, db=db_path)
-    return results, torch.tensor([s.reward for s in scores])
+    rewards = torch.tensor([s.reward for s in scores])
+    if args.magrpo.joint_mode == "cross":
+        return results, rewards, cross_group(results, args, checker, preference, weights)
+    return results, rewards, rewards.expand(args.agents, -1)
+
+
+def task_checker(task: Task):
+    """What judges a training episode's output: the sandbox runs a program's tests."""
+    return sandbox_check if task.kind == "coding" else parse_check
+
+
+def cross_group(results, args: TrainArgs, checker, preference, weights) -> torch.Tensor:
+    """Cross pairing: every agent's sample with every teammate's (G^agents joint actions, each
+    combined and judged as an episode would be, `recombine`, by the episodes' `checker`: the
+    sandbox runs each program's tests), scored together as one group and not recorded (the
+    store keeps the G episodes that ran); each agent's samples' returns [agents, G]."""
+    group_size = len(results)
+    picks = cross_picks(group_size, args.agents)
+
+    def joint(pick: tuple[int, ...]):
+        if len(set(pick)) == 1:
+            return results[pick[0]]  # an episode that ran: judged already
+        return recombine(results, pick, checker)
+
+    with ThreadPoolExecutor(max_workers=CROSS_WORKERS) as pool:
+        joints = list(pool.map(joint, picks))
+    liked = (
+        preference.group_preference([r.output or "" for r in joints]).tolist()
+        if preference is not None
+        else None
+    )
+    scores = score_group(joints, weights, args.budget, liked)
+    return cross_returns(torch.tensor([s.reward for s in scores]), picks, group_size)
 
 
 def checkpoint_folder(run_id: int, db_path: str | Path | None = None) -> Path:

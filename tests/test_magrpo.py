@@ -5,17 +5,28 @@ import math
 import pytest
 import torch
 
+import store
+from agents.feedback import sandbox_check
+from agents.tasks import humaneval_task
+from agents.team import Sampling, recombine, run_group
 from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
     Sample,
+    cross_picks,
+    cross_returns,
     group_advantages,
     has_signal,
     policy_loss,
     turn_groups,
 )
 from learner.report import plot_training_curve
-from learner.train import agent_samples, steps_per_pass
+from learner.reward_config import RewardWeights
+from learner.rewards import score_group
+from learner.train import TrainArgs, agent_samples, cross_group, steps_per_pass
+from tests.scripted import ScriptedPolicy
+
+CODING = humaneval_task(0)
 
 
 def test_advantage_is_reward_minus_group_mean():
@@ -49,6 +60,58 @@ def test_each_turn_is_a_group_and_a_first_try_that_needed_the_feedback_earns_les
     assert not has_signal(
         group_advantages(turn_groups([2, 2], torch.tensor([0.4, 0.4]), 0.9)[1][2])
     )
+
+
+def test_crossed_returns_are_each_samples_mean_over_the_joint_actions_it_is_part_of():
+    picks = cross_picks(2, 2)
+    assert picks == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # R of (helper sample, entry sample): helper sample 0 and entry sample 1 are the better parts
+    rewards = torch.tensor([0.2, 1.0, 0.0, 0.4])
+    returns = cross_returns(rewards, picks, 2)
+    assert torch.allclose(returns, torch.tensor([[0.6, 0.2], [0.1, 0.7]]))
+    # three agents, G = 2: each sample is in 4 of the 8 joint actions
+    picks3 = cross_picks(2, 3)
+    returns3 = cross_returns(torch.tensor([float(a) for a, _, _ in picks3]), picks3, 2)
+    assert torch.allclose(returns3, torch.tensor([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5]]))
+    with pytest.raises(ValueError, match="every sample"):
+        cross_returns(torch.tensor([1.0, 0.0]), [(0, 0), (1, 1)][:1] * 2, 2)
+
+
+def test_crossing_credits_each_agent_for_its_own_part(tmp_path):
+    """Sample 0: a right helper, a wrong entry; sample 1: a wrong helper, a right entry. Aligned,
+    both joint actions fail the tests alike: no signal. Crossed, the right helper with the
+    right entry passes, and each agent's right sample gets the higher return."""
+    results = run_group(
+        CODING, ScriptedPolicy(mixed_parts), 2, db=tmp_path / "x.db", sampling=Sampling(seed=1),
+        agents=2, checker=sandbox_check,
+    )  # fmt: skip
+    scores = score_group(results)
+    assert not any(r.success for r in results)
+    assert not has_signal(group_advantages(torch.tensor([s.reward for s in scores])))
+    returns = cross_group(results, TrainArgs(magrpo=MAGRPOConfig(group_size=2, joint_mode="cross")),
+                          sandbox_check, None, RewardWeights())  # fmt: skip
+    helper, entry = (group_advantages(r) for r in returns)
+    assert helper[0] > 0 > helper[1] and entry[1] > 0 > entry[0]
+    mixed = recombine(results, (0, 1), sandbox_check)  # the joint action no episode ran
+    assert mixed.success and mixed.test_report.passed == mixed.test_report.total == 7
+    assert mixed.steps == [results[0].final_steps()[0], results[1].final_steps()[1]]
+    with store.open_db(tmp_path / "x.db") as db:  # the crossed joint actions are not stored
+        assert len(store.list_episodes(db)) == 2
+
+
+def mixed_parts(request) -> str:
+    """Seeds 1 and 2 are sample 0's helper and entry, 101 and 102 sample 1's: a right helper in
+    sample 0, a right entry in sample 1 (its reply is begun `result = aux(...)` and `return`).
+    A wrong part fails every test (a helper returning None, an entry dividing its result by
+    zero) and uses the contract as the right one does; the wrong helper is as long as the right
+    one (the reward's speed counts the longer agent's tokens)."""
+    if "helper-function author" in request.messages[0]["content"]:
+        right = (
+            "any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])"
+        )
+        body = right if request.seed == 1 else "None  # " + "x" * (len(right) - 8)
+        return f"    return {body}\n```"
+    return " result\n```" if request.seed == 102 else " result / 0\n```"
 
 
 def test_equal_rewards_give_no_signal():

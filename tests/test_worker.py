@@ -153,6 +153,14 @@ def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
         replace(TrainArgs(), magrpo=replace(TrainArgs().magrpo, group_size=1)).check()
     with pytest.raises(ValueError, match="unknown task"):
         TrainArgs(task="poetry").check()
+    cross = replace(TrainArgs().magrpo, joint_mode="cross")
+    replace(TrainArgs(), magrpo=cross).check()  # 2 agents x G 4: 16 joint actions a task
+    with pytest.raises(ValueError, match="one-turn episodes"):
+        replace(TrainArgs(turns=2), magrpo=cross).check()
+    with pytest.raises(ValueError, match="4\\^4 = 256 joint actions"):
+        replace(TrainArgs(agents=4), magrpo=cross).check()
+    with pytest.raises(ValueError, match="unknown joint mode 'crossed'"):
+        replace(TrainArgs(), magrpo=replace(cross, joint_mode="crossed")).check()
     assert TrainArgs.from_json(TrainArgs().to_json()) == TrainArgs()
 
 
@@ -167,5 +175,8 @@ def test_coteam_train_flags_start_from_the_one_config():
     assert args.steps == 3 and args.gate.tasks == 40 and args.magrpo == TrainArgs().magrpo
     args = _train_args(parser.parse_args(["train", "--turns", "2", "--gamma", "0.8"]))
     assert args.turns == 2 and args.magrpo.gamma == 0.8
+    assert _train_args(parser.parse_args(["train", "--joint-mode", "cross"])).magrpo.joint_mode == (
+        "cross"
+    )
     with pytest.raises(ValueError, match="1 to 4 turns"):
         _train_args(parser.parse_args(["train", "--turns", "5"]))
