@@ -314,3 +314,38 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
         assert row["state"] in ("active", "rejected") and row["metrics"]["gate"]["tasks"] == 1
         folder = home / "adapters" / f"agent{agent}" / f"v{row['version']}"
         assert (folder / "adapter_config.json").is_file()
+
+
+def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_parts(
+    vllm_server, policy, model_path, home
+):
+    """Cross pairing on the real model's sampled programs: a sample recombined with itself is its
+    episode again (the same program, test verdict and reward), and a one-step crossed run
+    trains on them, keeping only the episodes that ran."""
+    from agents.team import recombine
+    from learner.magrpo import MAGRPOConfig
+    from learner.rewards import score_group
+    from learner.train import _rollout, task_checker, train
+
+    db_path = home / "coteam.db"
+    args = TrainArgs(
+        steps=1, task_limit=1, publish=False,
+        magrpo=MAGRPOConfig(group_size=2, tasks_per_step=1, max_new_tokens=96, joint_mode="cross"),
+    )  # fmt: skip
+    task = training_tasks(args)[0]
+    sampling = Sampling(max_tokens=96, logprobs=True)
+    results, rewards, returns = _rollout(
+        task, policy, args, [None, None], sampling, db_path, None, args.weights
+    )
+    assert returns.shape == (2, 2)
+    for g, result in enumerate(results):
+        again = recombine(results, (g, g), task_checker(task))
+        assert again.output == result.output and again.success == result.success
+        assert again.test_report.passed == result.test_report.passed
+        assert score_group([again])[0].reward == pytest.approx(rewards[g].item())
+    outcome = train(args, policy, model_path, db_path)
+    [step] = outcome["history"]
+    assert step["samples"] == 2 and step["calls_trained"] in (0, 2)
+    assert step["updated"] == (step["calls_trained"] > 0)
+    with store.open_db(db_path) as db:  # the G episodes of each rollout; no crossed mix stored
+        assert len(store.list_episodes(db, limit=100)) == 2 + 2
