@@ -64,6 +64,12 @@ class EpisodePrinter:
         self.out.flush()
 
 
+def quiet_request_logs() -> None:
+    """One log line per server request would hide a command's progress bar (without -v)."""
+    for name in ("httpx", "httpx2"):  # openai's client logs through httpx2
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     """A client of the server at --vllm-url, or of a managed server stopped when `stack` closes."""
     from agents.server import ServerConfig, connect_or_start
@@ -170,9 +176,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
-    if not args.verbose:  # one line per request would hide the progress bar
-        for name in ("httpx", "httpx2"):  # openai's client logs through httpx2
-            logging.getLogger(name).setLevel(logging.WARNING)
+    if not args.verbose:
+        quiet_request_logs()
     try:
         # the base model is always the first variant: what trained adapters are compared with
         variants = dict(parse_variant(text) for text in [BASE_VARIANT, *(args.adapters or [])])

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import signal
 import sys
 from pathlib import Path
 
-from app.commands_episode import episode_policy
+from app.commands_episode import episode_policy, quiet_request_logs
 
 
 def _train_args(args: argparse.Namespace):
@@ -59,7 +58,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if not args.verbose:
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+        quiet_request_logs()
     resume_from = None
     if args.resume is not None:
         run_id, train_args, resume_from = resume_run(args.db, args.resume)
