@@ -1,9 +1,9 @@
 """Aligned against cross pairing: how much credit each agent's samples get, on the same samples.
 
-For each of N training tasks the untrained (or --adapters) team samples a MAGRPO group, G joint
-samples at the training run's temperature, through a managed vLLM server, as `coteam train`'s
-rollout does (`learner.train._rollout`: the sandbox runs each program's tests). Then, on those
-same samples, the advantages the two joint modes of `learner.magrpo` would train on:
+For each of N training tasks the untrained team samples a MAGRPO group, G joint samples at the
+training run's temperature, through a managed vLLM server, as `coteam train`'s rollout does
+(`learner.train.rollout_group`: the sandbox runs each program's tests). Then, on those same
+samples, the advantages the two joint modes of `learner.magrpo` would train on:
 
     aligned  sample g of every agent is joint action g: G joint rewards, every agent the same
              advantages
@@ -47,8 +47,8 @@ from agents.team import Sampling  # noqa: E402
 from learner.magrpo import MAGRPOConfig, group_advantages, has_signal  # noqa: E402
 from learner.train import (  # noqa: E402
     TrainArgs,
-    _rollout,
     cross_group,
+    rollout_group,
     task_checker,
     training_tasks,
 )
@@ -74,7 +74,7 @@ def measure(client, args) -> dict:
         db_path = Path(folder) / "pairing.db"
         for task in tqdm(tasks[: args.tasks], desc="groups", unit="task"):
             start = time.perf_counter()
-            results, rewards, _ = _rollout(
+            results, rewards, _ = rollout_group(
                 task, client, train_args, [None] * args.agents, sampling, db_path, None,
                 train_args.weights,
             )  # fmt: skip

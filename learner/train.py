@@ -233,7 +233,7 @@ def train(
             step_tasks = [next(task_stream) for _ in range(cfg.tasks_per_step)]
             with ThreadPoolExecutor(max_workers=len(step_tasks)) as pool:
                 rollout = functools.partial(
-                    _rollout,
+                    rollout_group,
                     client=client,
                     preference=preference,
                     weights=weights,
@@ -329,7 +329,9 @@ def train(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _rollout(task: Task, client, args: TrainArgs, names, sampling, db_path, preference, weights):
+def rollout_group(
+    task: Task, client, args: TrainArgs, names, sampling, db_path, preference, weights
+):
     """One task's group: G joint samples, scored together with `weights` (the run's, the human
     weight scaled by the preference model's skill) and the people's model's verdict on each
     (`score_group`), their rewards recorded. Returns the results, their rewards [G] and each

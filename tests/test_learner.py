@@ -325,7 +325,7 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     from agents.team import recombine
     from learner.magrpo import MAGRPOConfig
     from learner.rewards import score_group
-    from learner.train import _rollout, task_checker, train
+    from learner.train import rollout_group, task_checker, train
 
     db_path = home / "coteam.db"
     args = TrainArgs(
@@ -334,7 +334,7 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     )  # fmt: skip
     task = training_tasks(args)[0]
     sampling = Sampling(max_tokens=96, logprobs=True)
-    results, rewards, returns = _rollout(
+    results, rewards, returns = rollout_group(
         task, policy, args, [None, None], sampling, db_path, None, args.weights
     )
     assert returns.shape == (2, 2)
