@@ -41,6 +41,7 @@ import torch  # noqa: E402
 from scipy.stats import kendalltau  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from agents.feedback import checker_for  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.team import Sampling  # noqa: E402
@@ -49,7 +50,6 @@ from learner.train import (  # noqa: E402
     TrainArgs,
     cross_group,
     rollout_group,
-    task_checker,
     training_tasks,
 )
 
@@ -80,7 +80,7 @@ def measure(client, args) -> dict:
             )  # fmt: skip
             rollout_s = time.perf_counter() - start
             start = time.perf_counter()
-            returns = cross_group(results, crossed, task_checker(task), None, crossed.weights)
+            returns = cross_group(results, crossed, checker_for(task.kind), None, crossed.weights)
             groups.append(
                 {
                     "task": task.source_id,

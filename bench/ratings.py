@@ -85,7 +85,7 @@ from scipy.stats import binomtest  # noqa: E402
 
 import store  # noqa: E402
 from agents.combine import extract_code  # noqa: E402
-from agents.feedback import sandbox_check  # noqa: E402
+from agents.feedback import checker_for  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.parsing import parse  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
@@ -166,9 +166,7 @@ def thumb(rater: str, has, output: str, rng: random.Random) -> int:
 def team(args) -> dict:
     """The team the experiment rates, as `run_episode` takes it: two agents in parallel; a
     coding team's program is checked by its tests in the sandbox."""
-    return dict(shape="parallel", agents=AGENTS) | (
-        {"checker": sandbox_check} if args.task == "coding" else {}
-    )
+    return dict(shape="parallel", agents=AGENTS, checker=checker_for(args.task))
 
 
 def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:

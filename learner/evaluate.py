@@ -48,7 +48,7 @@ from typing import Any
 
 import store
 from agents.episode_result import EpisodeResult
-from agents.feedback import parse_check, sandbox_check
+from agents.feedback import checker_for
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.tasks import Task, TaskSet, split_tasks
@@ -343,7 +343,7 @@ def _run_unit(
         "turns": config.turns,
         "adapters": adapters,
         # coding: the environment runs the tests (once per turn) and the score reuses its report
-        "checker": sandbox_check if config.task == "coding" else parse_check,
+        "checker": checker_for(config.task),
     }
     sampling = config.sampling
     if sampling.seed is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from scipy import stats
 
 import store
-from agents.feedback import sandbox_check
+from agents.feedback import checker_for
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, run_episode
@@ -168,7 +168,7 @@ def paired_scores(
             sampling=replace(GREEDY, max_tokens=settings.max_tokens),
             turns=turns,
             db=db_path,
-            **({"checker": sandbox_check} if task.kind == "coding" else {}),
+            checker=checker_for(task.kind),
         )
         reward = score_episode(result, weights, budget, db=db_path).reward
         with lock:

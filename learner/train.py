@@ -36,7 +36,7 @@ from typing import get_args
 import torch
 
 import store
-from agents.feedback import parse_check, sandbox_check
+from agents.feedback import checker_for
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import MAX_TURNS, Sampling, recombine, run_group
@@ -337,7 +337,7 @@ def rollout_group(
     (`score_group`), their rewards recorded. Returns the results, their rewards [G] and each
     agent's samples' returns [agents, G]: the rewards (aligned) or, crossed, the mean reward of
     the G^agents recombined joint actions each sample is part of (`cross_group`)."""
-    checker = task_checker(task)
+    checker = checker_for(task.kind)
     results = run_group(
         task,
         client,
@@ -360,11 +360,6 @@ def rollout_group(
     if args.magrpo.joint_mode == "cross":
         return results, rewards, cross_group(results, args, checker, preference, weights)
     return results, rewards, rewards.expand(args.agents, -1)
-
-
-def task_checker(task: Task):
-    """What judges a training episode's output: the sandbox runs a program's tests."""
-    return sandbox_check if task.kind == "coding" else parse_check
 
 
 def cross_group(results, args: TrainArgs, checker, preference, weights) -> torch.Tensor:

@@ -322,10 +322,11 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     """Cross pairing on the real model's sampled programs: a sample recombined with itself is its
     episode again (the same program, test verdict and reward), and a one-step crossed run
     trains on them, keeping only the episodes that ran."""
+    from agents.feedback import checker_for
     from agents.team import recombine
     from learner.magrpo import MAGRPOConfig
     from learner.rewards import score_group
-    from learner.train import rollout_group, task_checker, train
+    from learner.train import rollout_group, train
 
     db_path = home / "coteam.db"
     args = TrainArgs(
@@ -339,7 +340,7 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     )
     assert returns.shape == (2, 2)
     for g, result in enumerate(results):
-        again = recombine(results, (g, g), task_checker(task))
+        again = recombine(results, (g, g), checker_for(task.kind))
         assert again.output == result.output and again.success == result.success
         assert again.test_report.passed == result.test_report.passed
         assert score_group([again])[0].reward == pytest.approx(rewards[g].item())
