@@ -287,6 +287,7 @@ def train(
                 "groups_without_signal": skipped,  # per task, and per turn with several
                 # the calls in the update, of the agent with the most (crossed, each its own)
                 "calls_trained": max(len(calls) for calls, _ in per_agent.values()),
+                "calls_by_agent": [len(calls) for calls, _ in per_agent.values()],
                 **({"turns_mean": sum(turns_taken) / len(turns_taken)} if args.turns > 1 else {}),
                 "updated": updated,  # False: no group had signal, no optimizer step was taken
                 **losses,

@@ -347,6 +347,7 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     outcome = train(args, policy, model_path, db_path)
     [step] = outcome["history"]
     assert step["samples"] == 2 and step["calls_trained"] in (0, 2)
+    assert step["calls_trained"] == max(step["calls_by_agent"])  # each agent its own, crossed
     assert step["updated"] == (step["calls_trained"] > 0)
     with store.open_db(db_path) as db:  # the G episodes of each rollout; no crossed mix stored
         assert len(store.list_episodes(db, limit=100)) == 2 + 2
