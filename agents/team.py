@@ -264,7 +264,7 @@ def environment(team: Team, state: TeamState) -> dict:
     cut_off = [latest[i]["finish_reason"] == "length" for i in range(team.size)]
     verdict = assess(team, state, cut_off)
     done = verdict.success or state["turn"] + 1 >= team.turns
-    record = _turn_record(state["turn"], verdict, state["output"])
+    record = turn_record(state["turn"], verdict, state["output"])
     get_stream_writer()({"event": "turn_end", **record, "done": done})
     return {
         "feedback": verdict.feedback,
@@ -282,7 +282,7 @@ def assess(team: Team, state: Mapping[str, Any], cut_off: Sequence[bool]) -> Ass
     return assess_writing(texts, team.roles, cut_off)
 
 
-def _turn_record(turn: int, verdict: Assessment, output: str) -> dict:
+def turn_record(turn: int, verdict: Assessment, output: str) -> dict:
     """A turn's entry in `EpisodeResult.assessments`."""
     return {
         "turn": turn,
@@ -292,44 +292,6 @@ def _turn_record(turn: int, verdict: Assessment, output: str) -> dict:
         "output": output,
         "report": verdict.report,
     }
-
-
-def recombine(
-    results: Sequence[EpisodeResult], picks: Sequence[int], checker: CodeChecker = parse_check
-) -> EpisodeResult:
-    """The joint sample in which agent a's part is the one it wrote in `results[picks[a]]`:
-    one-turn `parallel` episodes of one group (one task, one team), their parts mixed, combined
-    and judged by the environment as an episode of those parts would have been (`checker` as the
-    episodes': the sandbox's runs the tests). Every agent wrote its part on its own view, so any
-    mix is a joint action the team could have taken. Nothing is stored (`episode_id` 0): a
-    training run's "cross" pairing scores these (`learner.magrpo.MAGRPOConfig.joint_mode`)."""
-    first = results[0]
-    if first.shape != "parallel" or any(
-        r.turns != 1 or r.task_id != first.task_id for r in results
-    ):
-        raise ValueError("only one-turn parallel episodes of one task can be recombined")
-    if len(picks) != len(first.roles):
-        raise ValueError(f"{len(picks)} picks for a team of {len(first.roles)}")
-    team = Team(first.task, first.shape, first.roles, first.adapters, Sampling(), 1, None, checker)
-    steps = [results[g].final_steps()[agent] for agent, g in enumerate(picks)]
-    state: dict[str, Any] = {"outputs": {agent: step["text"] for agent, step in enumerate(steps)}}
-    state |= combine(team, state)
-    verdict = assess(team, state, [step["finish_reason"] == "length" for step in steps])
-    return EpisodeResult(
-        episode_id=0,
-        task_id=first.task_id,
-        task=first.task,
-        shape=first.shape,
-        roles=first.roles,
-        adapters=first.adapters,
-        steps=steps,
-        output=state["output"],
-        success=verdict.success,
-        turns=1,
-        wall_time_s=max(results[g].wall_time_s for g in picks),
-        assessments=[_turn_record(0, verdict, state["output"])],
-        token_budget=first.token_budget,
-    )
 
 
 def share_drafts(state: TeamState) -> dict:

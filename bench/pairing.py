@@ -8,7 +8,7 @@ samples, the advantages the two joint modes of `learner.magrpo` would train on:
     aligned  sample g of every agent is joint action g: G joint rewards, every agent the same
              advantages
     cross    every agent's samples with every teammate's (G^agents joint actions, each combined
-             and judged as an episode, `agents.team.recombine`): agent i's sample k returns the
+             and judged as an episode, `agents.crossing.recombine`): agent i's sample k returns the
              mean joint reward of the joint actions it is part of (`learner.train.cross_group`)
 
 and prints, per agent: the groups with any signal (a non-zero advantage: what an update can learn

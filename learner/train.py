@@ -36,10 +36,11 @@ from typing import get_args
 import torch
 
 import store
+from agents.crossing import recombine
 from agents.feedback import checker_for
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import MAX_TURNS, Sampling, recombine, run_group
+from agents.team import MAX_TURNS, Sampling, run_group
 from learner.magrpo import (
     JOINT_MODES,
     MAX_CROSS_JOINT,

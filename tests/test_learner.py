@@ -322,8 +322,8 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     """Cross pairing on the real model's sampled programs: a sample recombined with itself is its
     episode again (the same program, test verdict and reward), and a one-step crossed run
     trains on them, keeping only the episodes that ran."""
+    from agents.crossing import recombine
     from agents.feedback import checker_for
-    from agents.team import recombine
     from learner.magrpo import MAGRPOConfig
     from learner.rewards import score_group
     from learner.train import rollout_group, train

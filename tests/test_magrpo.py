@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import store
+from agents.crossing import recombine
 from agents.feedback import sandbox_check
 from agents.tasks import humaneval_task
-from agents.team import Sampling, recombine, run_group
+from agents.team import Sampling, run_group
 from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
