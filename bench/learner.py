@@ -53,7 +53,7 @@ from agents.roles import Role  # noqa: E402
 from agents.tasks import Task  # noqa: E402
 from agents.team import initial_state, make_team, observe  # noqa: E402
 from learner.coding_reward import coding_reward  # noqa: E402
-from learner.magrpo import MAGRPOConfig  # noqa: E402
+from learner.magrpo import JOINT_MODES, MAGRPOConfig  # noqa: E402
 from learner.train import TrainArgs, training_tasks  # noqa: E402
 from store.paths import venv_python  # noqa: E402
 
@@ -415,7 +415,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--joint-mode",
-        choices=("aligned", "cross"),
+        choices=JOINT_MODES,
         default="aligned",
         help="CoTeam's pairing of the agents' samples (learner.magrpo; the others: aligned)",
     )
