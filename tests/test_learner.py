@@ -12,13 +12,17 @@ import time
 import pytest
 
 import store
+from agents.crossing import recombine
+from agents.feedback import checker_for
 from agents.models import model_provenance
 from agents.policy import PolicyError, Request
 from agents.tasks import split_tasks
 from agents.team import Sampling, run_episode
 from app.commands_train import adapter_record
+from learner.magrpo import MAGRPOConfig
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
-from learner.train import TrainArgs, training_tasks
+from learner.rewards import score_group
+from learner.train import TrainArgs, rollout_group, train, training_tasks
 from tests.conftest import adapters_as_found
 from tests.lora import train_lora
 
@@ -322,12 +326,6 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     """Cross pairing on the real model's sampled programs: a sample recombined with itself is its
     episode again (the same program, test verdict and reward), and a one-step crossed run
     trains on them, keeping only the episodes that ran."""
-    from agents.crossing import recombine
-    from agents.feedback import checker_for
-    from learner.magrpo import MAGRPOConfig
-    from learner.rewards import score_group
-    from learner.train import rollout_group, train
-
     db_path = home / "coteam.db"
     args = TrainArgs(
         steps=1, task_limit=1, publish=False,
