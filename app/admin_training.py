@@ -14,6 +14,7 @@ import store
 from agents.tasks import TaskSet
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
+from learner.magrpo import JOINT_MODES
 from learner.registry import serving_adapters
 from learner.train import TrainArgs
 from learner.worker import Schedule, with_overrides
@@ -175,6 +176,13 @@ class TrainingPanel:
                 minimum=0,
                 elem_id="admin-gate-threshold",
             )
+            self.joint_mode = gr.Dropdown(
+                list(JOINT_MODES),
+                value=args.magrpo.joint_mode,
+                label="Joint samples (aligned: sample g of each agent together; cross: every mix "
+                "of the agents' samples, each credited for its own part; one turn)",
+                elem_id="admin-joint-mode",
+            )
         with gr.Row():
             self.retrain = gr.Button("Retrain now", variant="primary", elem_id="admin-retrain")
             self.cancel = gr.Button(
@@ -214,6 +222,7 @@ class TrainingPanel:
             self.task_limit,
             self.gate_tasks,
             self.gate_threshold,
+            self.joint_mode,
         ]
 
     def wire(self, admin_ok: gr.State) -> None:
@@ -241,10 +250,20 @@ class TrainingPanel:
             return f"⚠ Not started: {e}"
         gr.Info(f"Training run {run_id} started")
         m = args.magrpo
-        return f"Training run {run_id} started: {args.steps} step(s) on {args.task}, group size {m.group_size}, {m.tasks_per_step} task(s) per step, {m.max_new_tokens} tokens. The progress bar above follows it."
+        return f"Training run {run_id} started: {args.steps} step(s) on {args.task}, group size {m.group_size}, {m.tasks_per_step} task(s) per step, {m.max_new_tokens} tokens, {m.joint_mode} joint samples. The progress bar above follows it."
 
     def train_args(
-        self, task, agents, steps, group_size, tasks_per_step, tokens, task_limit, gate_tasks, slack
+        self,
+        task,
+        agents,
+        steps,
+        group_size,
+        tasks_per_step,
+        tokens,
+        task_limit,
+        gate_tasks,
+        slack,
+        joint_mode,
     ):
         for name, value, low in [
             ("steps", steps, 1),
@@ -262,6 +281,7 @@ class TrainingPanel:
             group_size=int(group_size),
             tasks_per_step=int(tasks_per_step),
             max_new_tokens=int(tokens),
+            joint_mode=joint_mode,
         )
         gate = replace(args.gate, tasks=int(gate_tasks or 0), min_gain=-float(slack or 0))
         args = replace(args, task_limit=int(task_limit) if task_limit else None, gate=gate)

@@ -24,6 +24,7 @@ from app.cowork_results import display_code
 from app.history import HistoryTab, episode_filters, episode_markdown, fenced
 from app.live import TeamRun, run_live
 from app.web import build_app
+from learner.worker import LearnerWorker
 from tests.scripted import ScriptedPolicy
 
 # what the helper and the entry author write after the function heads that begin their replies
@@ -350,12 +351,30 @@ def test_admin_needs_the_right_password_and_checks_it_on_every_action(ctx, monke
     ok, message, panel, *_ = admin.login.log_in("s3cret")
     assert ok is True and panel["visible"] is True
     with pytest.raises(gr.Error, match="Unlock"):
-        admin.training.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
+        admin.training.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0, "aligned")
     with pytest.raises(gr.Error, match="Unlock"):
         admin.export.export_data(False, "jsonl")
-    assert "cannot train" in admin.training.retrain_now(True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0)
+    assert "cannot train" in admin.training.retrain_now(
+        True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0, "aligned"
+    )
     text, bar = learner_status(ctx)
     assert "no training run yet" in text and "admin-progress-bar" in bar
+
+
+def test_the_admin_form_sets_the_joint_mode_and_refuses_a_cross_run_too_large(tmp_path):
+    worker = LearnerWorker(client=None, base_model="unused", db_path=tmp_path / "c.db")
+    ctx = AppContext(FakeClient(), db_path=tmp_path / "c.db", admin_password="s3cret")
+    ctx.learner = worker
+    training = built(ctx, AdminTab(ctx)).training
+    assert training.joint_mode.value == worker.args.magrpo.joint_mode == "aligned"
+    form = ["coding", 2, 1, 4, 1, 64, 0, 1, 0.0]  # task, agents, steps, G, tasks, tokens, ...
+    assert training.train_args(*form, "cross").magrpo.joint_mode == "cross"
+    assert training.train_args(*form, "aligned").magrpo.joint_mode == "aligned"
+    form[1] = 4  # 4 agents at G = 4: 256 mixes a task, past the cap: said, and nothing starts
+    message = training.retrain_now(True, *form, "cross")
+    assert message.startswith("⚠ Not started") and "4^4 = 256 joint actions" in message
+    with store.open_db(ctx.db_path) as db:
+        assert store.list_training_runs(db) == []
 
 
 def test_admin_export_registry_and_eval_report(ctx, tmp_path):
