@@ -115,8 +115,9 @@ class CoworkTab:
                     self.tests = gr.State("")
                     self.sections = gr.Textbox(
                         EXAMPLE_SECTIONS,
-                        label="Sections, one a line (Heading: what it covers); empty: "
-                        "Introduction, Background, Main points, Conclusion",
+                        label="Sections, one a line (Heading: what it alone covers); empty: "
+                        "Introduction, Background, Main points, Conclusion, on which the "
+                        "writers repeat each other",
                         lines=4,
                         max_lines=8,
                         visible=False,

@@ -1,0 +1,194 @@
+"""A person's own long-form request: do the writers repeat each other without a curated outline?
+
+The curated long-form set gives every document an outline whose briefs are facts (each Wikipedia
+section's first sentence). A person who types a request and names no sections gets the fixed
+default outline (`agents.tasks.DEFAULT_OUTLINE`: Introduction, Background, Main points,
+Conclusion). For N long-form tasks of a split, each request is written greedily, through a
+managed vLLM server, as:
+
+    curated   the set's outline
+    default   the request alone, as a person's own request with no sections
+    planned   (--plan) the request with the outline the model itself writes in one planning
+              call first (`Heading: brief` lines; its time is added to the episode's, its tokens
+              to the critical path); a reply that is not four distinct headed lines falls back
+              to the default outline and is counted
+
+by the team (`parallel`, --agents writers) and by `single`, and every document is scored by the
+one scoring path (`learner.rewards.score_episode`, the set's article as the reference for every
+variant). Prints per variant and shape: redundancy between sections (mean, documents at or under
+the issue's 0.3), reference agreement, words, critical-path tokens and seconds; then paired
+Wilcoxon tests of the team's redundancy across variants and against single's.
+
+Usage: python bench/own_outline.py [--split held_out] [--limit 12] [--agents 4] [--plan]
+                                   [--max-tokens 1000] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scipy.stats import wilcoxon  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from agents.models import DEFAULT_MODEL  # noqa: E402
+from agents.policy import Request  # noqa: E402
+from agents.server import ServerConfig, connect_or_start  # noqa: E402
+from agents.tasks import LONGFORM_SECTIONS, longform_prompt_task, longform_tasks  # noqa: E402
+from agents.team import GREEDY, run_episode  # noqa: E402
+from learner.rewards import score_episode  # noqa: E402
+
+PLAN_SYSTEM = "You write outlines, never articles."
+PLAN_ASK = (
+    'Outline a {n}-section article for this request: "{request}"\n'
+    "{n} lines, each `N. Heading: the points only this section covers`. Every section covers "
+    "different points; only section 1 introduces the subject. Nothing else."
+)
+PLAN_LINE = re.compile(r"^\s*\d+[.)]\s*\**([^:*\n]{2,60}?)\**\s*:\s*(\S.*)$")
+
+
+def plan_outline(client, request: str, n: int) -> tuple[str | None, str, int, float]:
+    """The model's outline for `request` as `Heading: brief` lines (None: not n distinct
+    headed lines), the reply as written, the planning call's output tokens and its seconds."""
+    start = time.perf_counter()
+    messages = [
+        {"role": "system", "content": PLAN_SYSTEM},
+        {"role": "user", "content": PLAN_ASK.format(n=n, request=request)},
+        {"role": "assistant", "content": "1."},  # the reply begins the numbered list
+    ]
+    done = client.generate([Request(messages, max_tokens=40 * n, stop=[f"\n{n + 1}."])])[0]
+    lines = [m.groups() for m in map(PLAN_LINE.match, ("1." + done.text).splitlines()) if m]
+    headings = {h.strip().lower() for h, _ in lines[:n]}
+    outline = "\n".join(f"{h.strip()}: {b.strip()}" for h, b in lines[:n])
+    usable = len(lines) >= n and len(headings) == n
+    reply = "1." + done.text
+    return (outline if usable else None), reply, done.completion_tokens, time.perf_counter() - start
+
+
+def measure(client, args) -> list[dict]:
+    rows = []
+    tasks = longform_tasks(args.split)[: args.limit]
+    sampling = replace(GREEDY, max_tokens=args.max_tokens)
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "own_outline.db"
+        for task in tqdm(tasks, desc="requests", unit="request"):
+            own = replace(longform_prompt_task(task.prompt), reference=task.reference)
+            # variant -> (task, the planning call's reply or None, its tokens, its seconds)
+            variants = {"curated": (task, None, 0, 0.0), "default": (own, None, 0, 0.0)}
+            usable = True
+            if args.plan:
+                outline, reply, tokens, seconds = plan_outline(
+                    client, task.prompt, LONGFORM_SECTIONS
+                )
+                usable = outline is not None
+                planned = longform_prompt_task(task.prompt, outline) if usable else own
+                planned = replace(planned, reference=task.reference)
+                variants["planned"] = (planned, reply, tokens, seconds)
+            for variant, (t, reply, plan_tokens, plan_s) in variants.items():
+                for shape in ("parallel", "single") if variant != "planned" else ("parallel",):
+                    agents = args.agents if shape == "parallel" else 1
+                    result = run_episode(
+                        t, client, shape=shape, agents=agents, sampling=sampling, db=db
+                    )
+                    c = score_episode(result).components
+                    rows.append(
+                        {
+                            "task": task.source_id,
+                            "variant": variant,
+                            "shape": shape,
+                            "plan": reply,
+                            "plan_usable": usable if variant == "planned" else None,
+                            "redundancy": c["redundancy"],
+                            "reference": c["reference"],
+                            "words": c["words"],
+                            "critical_tokens": c["critical_tokens"] + plan_tokens,
+                            "time_s": result.wall_time_s + plan_s,
+                            "outline": [s["heading"] for s in t.extra["outline"]],
+                        }
+                    )
+    return rows
+
+
+def report(rows: list[dict]) -> dict:
+    """The table and the paired tests, printed and returned."""
+    cells = {}
+    for row in rows:
+        cells.setdefault((row["variant"], row["shape"]), []).append(row)
+    print(
+        "| variant | shape | redundancy | documents <= 0.3 | reference agr. | words "
+        "| critical-path tokens | time (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    table = {}
+    for (variant, shape), cell in cells.items():
+        mean = {k: statistics.mean(r[k] for r in cell) for k in
+                ("redundancy", "reference", "words", "critical_tokens", "time_s")}  # fmt: skip
+        under = sum(r["redundancy"] <= 0.3 for r in cell)
+        table[f"{variant}/{shape}"] = mean | {"under_0.3": under, "n": len(cell)}
+        print(
+            f"| {variant} | {shape} | {mean['redundancy']:.3f} | {under} of {len(cell)} "
+            f"| {mean['reference']:.3f} | {mean['words']:.0f} | {mean['critical_tokens']:.0f} "
+            f"| {mean['time_s']:.1f} |"
+        )
+    if ("planned", "parallel") in cells:
+        usable = sum(r["plan_usable"] for r in cells[("planned", "parallel")])
+        print(
+            f"planning calls that gave a usable outline: {usable} of {len(cells[('planned', 'parallel')])}"
+        )
+    tests = {}
+    pairs = [(("default", "parallel"), ("curated", "parallel")),
+             (("default", "parallel"), ("default", "single")),
+             (("curated", "parallel"), ("curated", "single")),
+             (("planned", "parallel"), ("default", "parallel"))]  # fmt: skip
+    for a, b in pairs:
+        if a not in cells or b not in cells:
+            continue
+        x = [r["redundancy"] for r in cells[a]]
+        y = [r["redundancy"] for r in cells[b]]
+        diff = statistics.mean(x) - statistics.mean(y)
+        p = wilcoxon(x, y).pvalue if any(u != v for u, v in zip(x, y, strict=True)) else 1.0
+        name = f"{'/'.join(a)} - {'/'.join(b)}"
+        tests[name] = {"redundancy_diff": diff, "p_wilcoxon": p}
+        print(f"redundancy {name}: {diff:+.3f} (paired Wilcoxon p = {p:.3f})")
+    return {"table": table, "tests": tests}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--split", default="held_out", choices=("train", "validation", "held_out"))
+    parser.add_argument("--limit", type=int, default=12, help="long-form requests written")
+    parser.add_argument("--agents", type=int, default=4, help="writers in the team (2-4)")
+    parser.add_argument("--plan", action="store_true", help="also the model's own outline")
+    parser.add_argument("--max-tokens", type=int, default=1000, help="per agent call")
+    parser.add_argument("--vllm-url", help="use this running server instead of starting one")
+    parser.add_argument("--json", help="also write the rows and figures to this file")
+    args = parser.parse_args()
+    if not 2 <= args.agents <= LONGFORM_SECTIONS:
+        parser.error(f"--agents: 2 to {LONGFORM_SECTIONS} writers")
+    start = time.perf_counter()
+    with connect_or_start(args.vllm_url, ServerConfig(model=args.model)) as client:
+        rows = measure(client, args)
+    figures = report(rows)
+    print(f"{time.perf_counter() - start:.0f} s")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "rows": rows, **figures}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
