@@ -363,8 +363,9 @@ def test_admin_needs_the_right_password_and_checks_it_on_every_action(ctx, monke
 
 def test_the_admin_form_sets_the_joint_mode_and_refuses_a_cross_run_too_large(tmp_path):
     worker = LearnerWorker(client=None, base_model="unused", db_path=tmp_path / "c.db")
-    ctx = AppContext(FakeClient(), db_path=tmp_path / "c.db", admin_password="s3cret")
-    ctx.learner = worker
+    ctx = AppContext(
+        FakeClient(), db_path=tmp_path / "c.db", admin_password="s3cret", learner=worker
+    )
     training = built(ctx, AdminTab(ctx)).training
     assert training.joint_mode.value == worker.args.magrpo.joint_mode == "aligned"
     form = ["coding", 2, 1, 4, 1, 64, 0, 1, 0.0]  # task, agents, steps, G, tasks, tokens, ...
