@@ -69,11 +69,11 @@ def plan_outline(client, request: str, n: int) -> tuple[str | None, str, int, fl
         {"role": "assistant", "content": "1."},  # the reply begins the numbered list
     ]
     done = client.generate([Request(messages, max_tokens=40 * n, stop=[f"\n{n + 1}."])])[0]
-    lines = [m.groups() for m in map(PLAN_LINE.match, ("1." + done.text).splitlines()) if m]
+    reply = "1." + done.text
+    lines = [m.groups() for m in map(PLAN_LINE.match, reply.splitlines()) if m]
     headings = {h.strip().lower() for h, _ in lines[:n]}
     outline = "\n".join(f"{h.strip()}: {b.strip()}" for h, b in lines[:n])
     usable = len(lines) >= n and len(headings) == n
-    reply = "1." + done.text
     return (outline if usable else None), reply, done.completion_tokens, time.perf_counter() - start
 
 
