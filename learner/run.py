@@ -102,6 +102,11 @@ def execute_run(
     except Cancelled:
         log.info("training run %d cancelled", run_id)
         return {"cancelled": True}
+    except (SystemExit, KeyboardInterrupt) as e:  # the process was told to stop: resumable
+        how = "interrupted" if isinstance(e, KeyboardInterrupt) else "stopped by a signal"
+        with store.open_db(db_path) as db:
+            store.fail_training_run(db, run_id, stopped_message(run_id, db_path, how))
+        raise
     except BaseException as e:  # the run ends failed, not 'running' (SIGKILL is the one gap)
         log.exception("training run %d failed", run_id)
         with store.open_db(db_path) as db:
@@ -109,6 +114,15 @@ def execute_run(
                 db, run_id, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
             )
         raise
+
+
+def stopped_message(run_id: int, db_path, how: str) -> str:
+    """What a run stopped from outside says: after which step, and how to go on."""
+    try:
+        step = read_checkpoint(checkpoint_folder(run_id, db_path))["step"]
+    except OSError:
+        return f"{how} before its first step ended: nothing to resume"
+    return f"{how} after step {step}; `coteam train --resume {run_id}` continues it from there"
 
 
 def _gate_progress(db_path, run_id: int, done: int, total: int) -> None:

@@ -3,6 +3,7 @@ real ones run in test_learner.py against the server)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,44 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
     (moved / "state.json").write_text('{"step": 3, "history": [], "task_order": []}')
     with pytest.raises(ValueError, match="completed all 3 steps"):
         resume_run(db_path, run_id)
+
+
+def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_on(
+    home, monkeypatch
+):
+    """`coteam train` exits on SIGTERM (SystemExit) and Ctrl-C (KeyboardInterrupt) in the middle
+    of a step: the run ends resumable, and says so rather than show a traceback of its exit."""
+    from learner.run import execute_run, resume_run, start_run
+    from learner.train import TrainArgs, checkpoint_folder
+
+    db_path = home / "coteam.db"
+
+    def train_until(stop: BaseException, steps_done: int):
+        def train(args, client, base_model, db_path_, run_id, on_step=None, resume_from=None):
+            if steps_done:
+                folder = checkpoint_folder(run_id, db_path_)
+                folder.mkdir(parents=True)
+                state = {"step": steps_done, "history": [], "task_order": []}
+                (folder / "state.json").write_text(json.dumps(state))
+            raise stop
+
+        return train
+
+    args = TrainArgs(steps=5, task_limit=4)
+    for stop, steps_done, said in [
+        (KeyboardInterrupt(), 0, "interrupted before its first step ended: nothing to resume"),
+        (SystemExit(0), 3, "stopped by a signal after step 3; `coteam train --resume {}` "
+         "continues it from there"),
+    ]:  # fmt: skip
+        monkeypatch.setattr(run_module, "train", train_until(stop, steps_done))
+        run_id = start_run(db_path, "cli", args)
+        with pytest.raises(type(stop)):
+            execute_run(run_id, args, None, "unused", db_path)
+        with store.open_db(db_path) as db:
+            run = store.get_training_run(db, run_id)
+        assert run["state"] == "failed" and run["error"] == said.format(run_id)
+        if steps_done:
+            assert resume_run(db_path, run_id)[1] == args
 
 
 def test_run_1_of_one_database_never_resumes_from_run_1_of_another(home, tmp_path):
