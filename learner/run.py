@@ -120,7 +120,7 @@ def stopped_message(run_id: int, db_path, how: str) -> str:
     """What a run stopped from outside says: after which step, and how to go on."""
     try:
         step = read_checkpoint(checkpoint_folder(run_id, db_path))["step"]
-    except OSError:
+    except (OSError, ValueError, KeyError):  # none, or not readable: nothing to resume from
         return f"{how} before its first step ended: nothing to resume"
     return f"{how} after step {step}; `coteam train --resume {run_id}` continues it from there"
 
