@@ -26,6 +26,7 @@ Usage: python bench/own_outline.py [--split held_out] [--limit 12] [--agents 4] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -46,7 +47,13 @@ from tqdm import tqdm  # noqa: E402
 from agents.models import DEFAULT_MODEL  # noqa: E402
 from agents.policy import Request  # noqa: E402
 from agents.server import ServerConfig, connect_or_start  # noqa: E402
-from agents.tasks import LONGFORM_SECTIONS, longform_prompt_task, longform_tasks  # noqa: E402
+from agents.tasks import (  # noqa: E402
+    LONGFORM_SECTIONS,
+    Task,
+    TaskError,
+    longform_prompt_task,
+    longform_tasks,
+)
 from agents.team import GREEDY, run_episode  # noqa: E402
 from learner.rewards import score_episode  # noqa: E402
 
@@ -59,9 +66,10 @@ PLAN_ASK = (
 PLAN_LINE = re.compile(r"^\s*\d+[.)]\s*\**([^:*\n]{2,60}?)\**\s*:\s*(\S.*)$")
 
 
-def plan_outline(client, request: str, n: int) -> tuple[str | None, str, int, float]:
-    """The model's outline for `request` as `Heading: brief` lines (None: not n distinct
-    headed lines), the reply as written, the planning call's output tokens and its seconds."""
+def plan_outline(client, request: str, n: int) -> tuple[Task | None, str, int, float]:
+    """The request as a person's own long-form task on the model's outline (None: the reply is
+    not n `Heading: brief` lines with distinct headings, which `longform_prompt_task` checks),
+    the reply as written, the planning call's output tokens and its seconds."""
     start = time.perf_counter()
     messages = [
         {"role": "system", "content": PLAN_SYSTEM},
@@ -71,10 +79,12 @@ def plan_outline(client, request: str, n: int) -> tuple[str | None, str, int, fl
     done = client.generate([Request(messages, max_tokens=40 * n, stop=[f"\n{n + 1}."])])[0]
     reply = "1." + done.text
     lines = [m.groups() for m in map(PLAN_LINE.match, reply.splitlines()) if m]
-    headings = {h.strip().lower() for h, _ in lines[:n]}
-    outline = "\n".join(f"{h.strip()}: {b.strip()}" for h, b in lines[:n])
-    usable = len(lines) >= n and len(headings) == n
-    return (outline if usable else None), reply, done.completion_tokens, time.perf_counter() - start
+    planned = None
+    if len(lines) >= n:
+        outline = "\n".join(f"{h.strip()}: {b.strip()}" for h, b in lines[:n])
+        with contextlib.suppress(TaskError):  # two sections with the same heading
+            planned = longform_prompt_task(request, outline)
+    return planned, reply, done.completion_tokens, time.perf_counter() - start
 
 
 def measure(client, args) -> list[dict]:
@@ -89,12 +99,11 @@ def measure(client, args) -> list[dict]:
             variants = {"curated": (task, None, 0, 0.0), "default": (own, None, 0, 0.0)}
             usable = True
             if args.plan:
-                outline, reply, tokens, seconds = plan_outline(
+                planned, reply, tokens, seconds = plan_outline(
                     client, task.prompt, LONGFORM_SECTIONS
                 )
-                usable = outline is not None
-                planned = longform_prompt_task(task.prompt, outline) if usable else own
-                planned = replace(planned, reference=task.reference)
+                usable = planned is not None
+                planned = replace(planned or own, reference=task.reference)
                 variants["planned"] = (planned, reply, tokens, seconds)
             for variant, (t, reply, plan_tokens, plan_s) in variants.items():
                 for shape in ("parallel", "single") if variant != "planned" else ("parallel",):
