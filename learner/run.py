@@ -17,8 +17,15 @@ from pathlib import Path
 import store
 from agents.policy import PolicyClient
 from learner.promotion import decide, gate
-from learner.registry import remove_unfinished_copies
-from learner.train import Cancelled, TrainArgs, checkpoint_folder, read_checkpoint, train
+from learner.registry import adapter_name, remove_unfinished_copies
+from learner.train import (
+    Cancelled,
+    TrainArgs,
+    checkpoint_folder,
+    published_candidates,
+    read_checkpoint,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +50,29 @@ def resume_run(db_path, stopped: int) -> tuple[int, TrainArgs, Path]:
         raise ValueError(f"training run {stopped} is {row['state']}: only a stopped run resumes")
     args = TrainArgs.from_json(row["config"])
     source = checkpoint_folder(stopped, db_path)
-    done = read_checkpoint(source)["step"]
-    if done >= args.steps:
-        raise ValueError(f"training run {stopped} completed all {args.steps} steps already")
+    state = read_checkpoint(source)
+    done, candidates = state["step"], published_candidates(state)
+    with store.open_db(db_path) as db:  # stopped in the gate: it resumes with the gate
+        decided = [
+            adapter_name(agent, version)
+            for agent, version in candidates.items()
+            if store.get_adapter(db, agent, version)["state"] != "candidate"
+        ]
+    if decided:
+        raise ValueError(
+            f"training run {stopped}'s candidates were decided already ({', '.join(decided)}): "
+            "nothing is left to resume"
+        )
     run_id = start_run(db_path, f"resume of run {stopped}", args)
     folder = checkpoint_folder(run_id, db_path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     source.rename(folder)
     with contextlib.suppress(OSError):  # the stopped run's folder, empty now
         source.parent.rmdir()
-    log.info("run %d resumes run %d after step %d of %d", run_id, stopped, done, args.steps)
+    log.info(
+        "run %d resumes run %d after step %d of %d%s", run_id, stopped, done, args.steps,
+        ", with the promotion gate" if candidates else "",
+    )  # fmt: skip
     return run_id, args, folder
 
 
@@ -119,9 +139,15 @@ def execute_run(
 def stopped_message(run_id: int, db_path, how: str) -> str:
     """What a run stopped from outside says: after which step, and how to go on."""
     try:
-        step = read_checkpoint(checkpoint_folder(run_id, db_path))["step"]
+        state = read_checkpoint(checkpoint_folder(run_id, db_path))
+        step = state["step"]
     except (OSError, ValueError, KeyError):  # none, or not readable: nothing to resume from
         return f"{how} before its first step ended: nothing to resume"
+    if published_candidates(state):
+        return (
+            f"{how} in the promotion gate, after all {step} steps; "
+            f"`coteam train --resume {run_id}` runs the gate again"
+        )
     return f"{how} after step {step}; `coteam train --resume {run_id}` continues it from there"
 
 

@@ -181,7 +181,8 @@ def train(
     checkpoint (adapters, optimizer state, task order, history) is kept after every step in
     `checkpoint_folder(run_id, db_path)`, and a run whose state turns 'cancelled' stops at the
     next step boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a
-    stopped run from its last completed step.
+    stopped run from its last completed step; a run stopped after it published its candidates
+    (in the gate) trains no more and returns them, for the gate to run again.
     """
     cfg = args.magrpo
     args.check()
@@ -189,6 +190,9 @@ def train(
     tasks = training_tasks(args)
     random.shuffle(tasks)
     resumed = read_checkpoint(resume_from) if resume_from else None
+    if resumed and "candidates" in resumed:  # stopped in the gate: trained and published already
+        candidates = published_candidates(resumed)
+        return {"history": resumed["history"], "config": args.to_json(), "candidates": candidates}
     first_step = 1
     if resumed:
         by_id = {t.source_id: t for t in tasks}
@@ -323,6 +327,8 @@ def train(
             outcome["candidates"] = _publish(
                 db_path, policies, scratch, run_id, active, history, train_reward, ratings
             )
+            if checkpoint is not None:  # a run stopped in the gate resumes with the gate
+                mark_published(checkpoint, outcome["candidates"])
         return outcome
     finally:
         for name in set(names) - set(start_names):
@@ -419,6 +425,22 @@ def read_checkpoint(folder: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint in {folder}: the run completed no step to resume")
     return json.loads(path.read_text())
+
+
+def mark_published(folder: Path, candidates: dict[int, int]) -> None:
+    """Note in checkpoint `folder` that every step is done and these candidate versions were
+    registered: a run stopped after this resumes with its promotion gate, not with training."""
+    path = Path(folder) / "state.json"
+    state = json.loads(path.read_text())
+    state["candidates"] = {str(agent): version for agent, version in candidates.items()}
+    tmp = path.with_name("state.json.new")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(path)
+
+
+def published_candidates(state: dict) -> dict[int, int]:
+    """The candidate versions a checkpoint's run registered (`mark_published`), by agent."""
+    return {int(agent): version for agent, version in state.get("candidates", {}).items()}
 
 
 def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:

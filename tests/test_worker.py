@@ -10,6 +10,7 @@ import pytest
 
 import store
 from learner import run as run_module
+from learner import train as train_module
 from learner.promotion import GateResult
 from learner.worker import LearnerWorker
 
@@ -91,9 +92,21 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
     with store.open_db(db_path) as db:
         assert store.get_training_run(db, run_id)["trigger"] == f"resume of run {stopped}"
         store.fail_training_run(db, run_id, "killed again")
-    (moved / "state.json").write_text('{"step": 3, "history": [], "task_order": []}')
-    with pytest.raises(ValueError, match="completed all 3 steps"):
-        resume_run(db_path, run_id)
+        candidate = store.register_adapter(db, 0, "/nowhere/0")["version"]
+    # stopped in the gate: all steps done, the candidates published; it resumes with the gate
+    state = {"step": 3, "history": [], "task_order": [], "candidates": {"0": candidate}}
+    (moved / "state.json").write_text(json.dumps(state))
+    again, _, folder = resume_run(db_path, run_id)
+    assert train_module.train(args, None, "unused", db_path, run_id=again, resume_from=folder) == {
+        "history": [],
+        "config": args.to_json(),
+        "candidates": {0: candidate},
+    }  # nothing trained, nothing loaded: the client and model are not touched
+    with store.open_db(db_path) as db:
+        store.fail_training_run(db, again, "killed in the gate")
+        store.reject_adapter(db, 0, candidate)
+    with pytest.raises(ValueError, match=r"decided already \(agent0-v1\)"):
+        resume_run(db_path, again)  # a gate that decided before the kill is not run again
 
 
 def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_on(
@@ -102,7 +115,7 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
     """`coteam train` exits on SIGTERM (SystemExit) and Ctrl-C (KeyboardInterrupt) in the middle
     of a step: the run ends resumable, and says so rather than show a traceback of its exit."""
     from learner.run import execute_run, resume_run, start_run
-    from learner.train import TrainArgs, checkpoint_folder
+    from learner.train import TrainArgs, checkpoint_folder, mark_published
 
     db_path = home / "coteam.db"
 
@@ -113,6 +126,10 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
                 folder.mkdir(parents=True)
                 state = {"step": steps_done, "history": [], "task_order": []}
                 (folder / "state.json").write_text(json.dumps(state))
+            if steps_done == args.steps:  # trained and published: stopped in the gate
+                with store.open_db(db_path_) as db:
+                    version = store.register_adapter(db, 0, "/nowhere/0")["version"]
+                mark_published(checkpoint_folder(run_id, db_path_), {0: version})
             raise stop
 
         return train
@@ -122,6 +139,8 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
         (KeyboardInterrupt(), 0, "interrupted before its first step ended: nothing to resume"),
         (SystemExit(0), 3, "stopped by a signal after step 3; `coteam train --resume {}` "
          "continues it from there"),
+        (SystemExit(0), 5, "stopped by a signal in the promotion gate, after all 5 steps; "
+         "`coteam train --resume {}` runs the gate again"),
     ]:  # fmt: skip
         monkeypatch.setattr(run_module, "train", train_until(stop, steps_done))
         run_id = start_run(db_path, "cli", args)
@@ -131,7 +150,10 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
             run = store.get_training_run(db, run_id)
         assert run["state"] == "failed" and run["error"] == said.format(run_id)
         if steps_done:
-            assert resume_run(db_path, run_id)[1] == args
+            resumed, resumed_args, _ = resume_run(db_path, run_id)
+            assert resumed_args == args
+            with store.open_db(db_path) as db:  # the next case starts a run of its own
+                store.fail_training_run(db, resumed, "stopped again")
 
 
 def test_run_1_of_one_database_never_resumes_from_run_1_of_another(home, tmp_path):
