@@ -1,7 +1,7 @@
 """Long-form writing: who writes which section, and the document the sections make.
 
-A long-form task (`Task.form == "longform"`) carries an outline: sections with a heading and a
-one-line brief. The environment deals the sections out to the team in document order, in
+A long-form task (`Task.form == "longform"`) carries an outline: sections with a heading, a
+one-line brief and, in the default outline, a lead (the words the section's text begins with). The environment deals the sections out to the team in document order, in
 contiguous runs as even as possible (4 agents: one each; 2: two each; 3: 1, 1, 2). Every agent
 sees the whole outline (every heading, the briefs of its own sections only, never a teammate's
 text), which sections are its own, and the shared style sheet, so parts written at the same time
@@ -34,6 +34,13 @@ def outline_of(task: Task) -> list[dict]:
     if task.form != "longform":
         raise ValueError(f"a {task.form} task has no outline")
     return list(task.extra["outline"])
+
+
+def section_opening(section: dict) -> str:
+    """How a writer's text for `section` begins, written by the environment: its heading line,
+    then the section's lead where the outline gives one (the default outline's later sections:
+    "The story begins in"), which the writer's model continues."""
+    return f"## {section['heading']}\n\n{section.get('lead', '')}"
 
 
 def assign_sections(sections: int, agents: int) -> list[list[int]]:

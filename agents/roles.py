@@ -415,7 +415,13 @@ def team_roles(
 def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
     """Long-form roles: each agent's sections from `assign_sections`, the others' named by
     heading, the outline (briefs of one's own sections) and the style sheet in every prompt."""
-    from agents.outline import STYLE_SHEET, assign_sections, outline_of, outline_text
+    from agents.outline import (
+        STYLE_SHEET,
+        assign_sections,
+        outline_of,
+        outline_text,
+        section_opening,
+    )
 
     outline, per_section = outline_of(task), section_words_of(task)
     owners = assign_sections(len(outline), len(names))
@@ -439,7 +445,7 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
         title = "; ".join(outline[k]["heading"] for k in mine)
         stop = stop_strings([outline[k]["heading"] for k in range(len(outline)) if k not in mine])
         # the reply begins with the writer's first heading: it starts on its own section
-        begun = f"## {outline[mine[0]]['heading']}\n\n"
+        begun = section_opening(outline[mine[0]])
         roles.append(
             Role(
                 name,

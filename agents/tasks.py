@@ -59,13 +59,24 @@ Split = Literal["train", "validation", "held_out", "all"]
 LONGFORM_SECTIONS = 4
 LONGFORM_WORDS = (400, 800)  # a long-form document's length bounds; the default target is 600
 # The outline a person's own long-form request gets when they name no sections: fixed, so the
-# plan costs no model call and every agent's view is known before anyone writes.
+# plan costs no model call and every agent's view is known before anyone writes. Each section is
+# a different kind of text, and each but the first has a lead, the words its writer's reply
+# begins with (`agents.outline.section_opening`): with briefs alone (Introduction, Background,
+# Main points, Conclusion) every writer of the 0.5B team opened with its own definition of the
+# subject and all 12 held-out documents were wholly redundant (docs/EVALUATION.md).
 DEFAULT_OUTLINE = (
-    ("Introduction", "What the topic is and why it matters to the reader."),
-    ("Background", "The history, context or basic ideas a reader needs first."),
-    ("Main points", "The core facts, arguments or steps, with one concrete example."),
-    ("Conclusion", "What follows from it: consequences, open questions or advice."),
-)
+    (
+        "What it is",
+        "A plain definition and who it matters to. Only this section defines the subject.",
+        "",
+    ),
+    ("Where it came from", "Its origins and history: when, where and who, with dates.",
+     "The story begins in"),
+    ("A surprising fact", "One thing most readers do not know about it, explained.",
+     "Few people know that"),
+    ("Why it matters today", "Effects on people now, open debates, what to watch next.",
+     "Today, the biggest question is"),
+)  # fmt: skip
 
 
 class TaskError(ValueError):
@@ -318,7 +329,11 @@ def longform_tasks(split: Split = "all") -> list[Task]:
 
 
 def _longform_task(row: dict, source: str, source_id: str | None = None) -> Task:
-    outline = [{"heading": s["heading"], "brief": s["brief"]} for s in row["outline"]]
+    outline = [
+        {"heading": s["heading"], "brief": s["brief"]}
+        | ({"lead": s["lead"]} if s.get("lead") else {})
+        for s in row["outline"]
+    ]
     return Task(
         kind="writing",
         form="longform",
@@ -346,7 +361,10 @@ def longform_prompt_task(prompt: str, sections: str | None = None, target_words:
     low, high = LONGFORM_WORDS
     if not low <= target_words <= high:
         raise TaskError(f"the target length is {target_words} words; use {low} to {high}")
-    outline = [{"heading": h, "brief": b} for h, b in DEFAULT_OUTLINE]
+    outline = [
+        {"heading": h, "brief": b} | ({"lead": lead} if lead else {})
+        for h, b, lead in DEFAULT_OUTLINE
+    ]
     if sections is not None and sections.strip():
         outline = []
         for line in sections.strip().splitlines():

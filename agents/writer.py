@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from agents.outline import written_positions
+from agents.outline import section_opening, written_positions
 from agents.policy import Completion, Request
 from agents.roles import HEADING_TOKENS, Role, section_min_tokens
 
@@ -80,7 +80,7 @@ def go_on(
         missing = next_section(text, outline, role.sections)
         if missing is None or calls[-1].finish_reason == "length" or left < HEADING_TOKENS:
             break
-        heading = f"\n\n## {outline[missing]['heading']}\n\n"
+        heading = f"\n\n{section_opening(outline[missing])}"
         stream(0, heading)
         text = text.rstrip() + heading
         more_request = replace(

@@ -141,8 +141,9 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         const="",
         help="your own writing request becomes a long-form document with this section "
         "('Heading: brief'); repeat for each; --section alone takes the default outline "
-        "(Introduction, Background, Main points, Conclusion), on which the writers repeat "
-        "each other: brief each section with what it alone covers",
+        "(What it is, Where it came from, A surprising fact, Why it matters today, each later "
+        "one begun with its lead); the writers repeat each other least when each section's "
+        "brief says what it alone covers",
     )
     p.add_argument(
         "--shape",

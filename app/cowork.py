@@ -116,8 +116,8 @@ class CoworkTab:
                     self.sections = gr.Textbox(
                         EXAMPLE_SECTIONS,
                         label="Sections, one a line (Heading: what it alone covers); empty: "
-                        "Introduction, Background, Main points, Conclusion, on which the "
-                        "writers repeat each other",
+                        "the default outline (What it is, Where it came from, A surprising "
+                        "fact, Why it matters today)",
                         lines=4,
                         max_lines=8,
                         visible=False,

@@ -2,12 +2,14 @@
 
 The curated long-form set gives every document an outline whose briefs are facts (each Wikipedia
 section's first sentence). A person who types a request and names no sections gets the fixed
-default outline (`agents.tasks.DEFAULT_OUTLINE`: Introduction, Background, Main points,
-Conclusion). For N long-form tasks of a split, each request is written greedily, through a
-managed vLLM server, as:
+default outline (`agents.tasks.DEFAULT_OUTLINE`). For N long-form tasks of a split, each request
+is written greedily, through a managed vLLM server, as:
 
     curated   the set's outline
-    default   the request alone, as a person's own request with no sections
+    default   the request alone, as a person's own request with no sections (the default
+              outline: four kinds of section, each later one begun with its lead)
+    briefs-only  the default outline as it was before its leads: Introduction, Background, Main
+              points, Conclusion, with briefs alone
     planned   (--plan) the request with the outline the model itself writes in one planning
               call first (`Heading: brief` lines; its time is added to the episode's, its tokens
               to the critical path); a reply that is not four distinct headed lines falls back
@@ -57,6 +59,13 @@ from agents.tasks import (  # noqa: E402
 from agents.team import GREEDY, run_episode  # noqa: E402
 from learner.rewards import score_episode  # noqa: E402
 
+# The default outline before it had leads (until 2026-11-28): four parts by their briefs alone
+BRIEFS_ONLY = (
+    "Introduction: What the topic is and why it matters to the reader.\n"
+    "Background: The history, context or basic ideas a reader needs first.\n"
+    "Main points: The core facts, arguments or steps, with one concrete example.\n"
+    "Conclusion: What follows from it: consequences, open questions or advice."
+)
 PLAN_SYSTEM = "You write outlines, never articles."
 PLAN_ASK = (
     'Outline a {n}-section article for this request: "{request}"\n'
@@ -96,7 +105,14 @@ def measure(client, args) -> list[dict]:
         for task in tqdm(tasks, desc="requests", unit="request"):
             own = replace(longform_prompt_task(task.prompt), reference=task.reference)
             # variant -> (task, the planning call's reply or None, its tokens, its seconds)
-            variants = {"curated": (task, None, 0, 0.0), "default": (own, None, 0, 0.0)}
+            briefs = replace(
+                longform_prompt_task(task.prompt, BRIEFS_ONLY), reference=task.reference
+            )
+            variants = {
+                "curated": (task, None, 0, 0.0),
+                "default": (own, None, 0, 0.0),
+                "briefs-only": (briefs, None, 0, 0.0),
+            }
             usable = True
             if args.plan:
                 planned, reply, tokens, seconds = plan_outline(
@@ -158,6 +174,8 @@ def report(rows: list[dict]) -> dict:
         )
     tests = {}
     pairs = [(("default", "parallel"), ("curated", "parallel")),
+             (("default", "parallel"), ("briefs-only", "parallel")),
+             (("default", "single"), ("briefs-only", "single")),
              (("default", "parallel"), ("default", "single")),
              (("curated", "parallel"), ("curated", "single")),
              (("planned", "parallel"), ("default", "parallel"))]  # fmt: skip

@@ -56,7 +56,7 @@ def test_the_longform_set_has_four_sections_a_target_a_reference_and_a_fixed_spl
 
 def test_own_request_takes_the_persons_sections_or_the_default_outline():
     task = find_task("writing", prompt="Why every program deserves tests", sections="")
-    assert [s["heading"] for s in task.extra["outline"]] == [h for h, _ in DEFAULT_OUTLINE]
+    assert [s["heading"] for s in task.extra["outline"]] == [h for h, _, _ in DEFAULT_OUTLINE]
     task = longform_prompt_task(
         "Why every program deserves tests",
         "## What a test is: a check a machine runs\nCost\n- Benefits: fewer bugs later",
@@ -255,6 +255,29 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
         sampling=Sampling(logprobs=True), db=tmp_path / "r.db",
     )  # fmt: skip
     assert len(rollout.requests) == size
+
+
+@pytest.mark.parametrize("shape, size", [("single", 1), ("parallel", 2), ("parallel", 4)])
+def test_an_own_request_without_sections_begins_each_section_with_its_lead(tmp_path, shape, size):
+    """The default outline's sections are four kinds of text; each but the first is begun by
+    the environment with its lead, in a writer's first call and in a continued one alike, so
+    four writers do not all open by defining the subject."""
+    from agents.team import Sampling, run_episode
+
+    task = longform_prompt_task("Write an explainer article about tides for a general reader.")
+    leads = [lead for _, _, lead in DEFAULT_OUTLINE]
+    assert leads[0] == "" and all(leads[1:])  # the first section alone defines the subject
+    assert [s.get("lead", "") for s in task.extra["outline"]] == leads
+    policy = ScriptedPolicy(lambda request: " it.")
+    result = run_episode(
+        task, policy, shape=shape, agents=size, adapters=adapters(size),
+        sampling=Sampling(max_tokens=4096), db=tmp_path / "own.db",
+    )  # fmt: skip
+    openings = [f"## {h}\n\n{lead}" for h, _, lead in DEFAULT_OUTLINE]
+    begun = [r.messages[-1]["content"] for r in policy.requests]
+    assert sorted(next(o for o in openings if b.endswith(o)) for b in begun) == sorted(openings)
+    for opening in openings:
+        assert f"{opening} it." in result.output or f"{opening}it." in result.output
 
 
 def test_a_continued_call_is_stopped_on_the_whole_reply():
