@@ -1,11 +1,12 @@
 """Long-form writing: who writes which section, and the document the sections make.
 
 A long-form task (`Task.form == "longform"`) carries an outline: sections with a heading, a
-one-line brief and, in the default outline, a lead (the words the section's text begins with). The environment deals the sections out to the team in document order, in
-contiguous runs as even as possible (4 agents: one each; 2: two each; 3: 1, 1, 2). Every agent
-sees the whole outline (every heading, the briefs of its own sections only, never a teammate's
-text), which sections are its own, and the shared style sheet, so parts written at the same time
-still fit together.
+one-line brief and, in the default outline, a lead (the words the section's text begins with).
+The environment deals the sections out to the team in document order, in contiguous runs as
+even as possible (4 agents: one each; 2: two each; 3: 1, 1, 2). Every agent sees the whole
+outline (every heading, the briefs of its own sections only, never a teammate's text), which
+sections are its own, and the shared style sheet, so parts written at the same time still fit
+together.
 
 Each agent answers with its sections, each under a `## Heading` line. The document keeps each
 section from its owner only: a heading an agent writes that is not its own is a role violation

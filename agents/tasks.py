@@ -64,19 +64,28 @@ LONGFORM_WORDS = (400, 800)  # a long-form document's length bounds; the default
 # begins with (`agents.outline.section_opening`): with briefs alone (Introduction, Background,
 # Main points, Conclusion) every writer of the 0.5B team opened with its own definition of the
 # subject and all 12 held-out documents were wholly redundant (docs/EVALUATION.md).
-DEFAULT_OUTLINE = (
+DEFAULT_OUTLINE = (  # (heading, brief, lead)
     (
         "What it is",
         "A plain definition and who it matters to. Only this section defines the subject.",
         "",
     ),
-    ("Where it came from", "Its origins and history: when, where and who, with dates.",
-     "The story begins in"),
-    ("A surprising fact", "One thing most readers do not know about it, explained.",
-     "Few people know that"),
-    ("Why it matters today", "Effects on people now, open debates, what to watch next.",
-     "Today, the biggest question is"),
-)  # fmt: skip
+    (
+        "Where it came from",
+        "Its origins and history: when, where and who, with dates.",
+        "The story begins in",
+    ),
+    (
+        "A surprising fact",
+        "One thing most readers do not know about it, explained.",
+        "Few people know that",
+    ),
+    (
+        "Why it matters today",
+        "Effects on people now, open debates, what to watch next.",
+        "Today, the biggest question is",
+    ),
+)
 
 
 class TaskError(ValueError):
