@@ -78,12 +78,12 @@ DEFAULT_OUTLINE = (  # (heading, brief, lead)
     (
         "A surprising fact",
         "One thing most readers do not know about it, explained.",
-        "Few people know that",
+        "Few people know that in",
     ),
     (
         "Why it matters today",
         "Effects on people now, open debates, what to watch next.",
-        "Today, the biggest question is",
+        "Today, the biggest question is whether",
     ),
 )
 
