@@ -186,13 +186,12 @@ def train(
     """
     cfg = args.magrpo
     args.check()
+    resumed = read_checkpoint(resume_from) if resume_from else None
+    if resumed and (candidates := published_candidates(resumed)):  # stopped in the gate
+        return {"history": resumed["history"], "config": args.to_json(), "candidates": candidates}
     random.seed(cfg.seed)
     tasks = training_tasks(args)
     random.shuffle(tasks)
-    resumed = read_checkpoint(resume_from) if resume_from else None
-    if resumed and "candidates" in resumed:  # stopped in the gate: trained and published already
-        candidates = published_candidates(resumed)
-        return {"history": resumed["history"], "config": args.to_json(), "candidates": candidates}
     first_step = 1
     if resumed:
         by_id = {t.source_id: t for t in tasks}
@@ -430,9 +429,9 @@ def read_checkpoint(folder: Path) -> dict:
 def mark_published(folder: Path, candidates: dict[int, int]) -> None:
     """Note in checkpoint `folder` that every step is done and these candidate versions were
     registered: a run stopped after this resumes with its promotion gate, not with training."""
-    path = Path(folder) / "state.json"
-    state = json.loads(path.read_text())
+    state = read_checkpoint(folder)
     state["candidates"] = {str(agent): version for agent, version in candidates.items()}
+    path = Path(folder) / "state.json"
     tmp = path.with_name("state.json.new")
     tmp.write_text(json.dumps(state))
     tmp.replace(path)
