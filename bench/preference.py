@@ -14,7 +14,8 @@ other tasks, and this prints:
                   reward (`PreferenceModel.group_preference`: the sample's probability of being
                   preferred to another of its group), against the automatic reward's own
                   within-task spread: the advantage is reward − group mean, so a term that barely
-                  varies inside a group cannot move the policy, however right it is
+                  varies inside a group cannot move the policy, however right it is (nan
+                  where the episodes were not scored)
     σ spread      the same for the term the reward used before: σ(s(x)), L2 fixed at 1e-2
     gap           mean preference term of programs with the property minus those without
 
@@ -62,14 +63,14 @@ KINDS = {"coding": "coding", "summary": "writing"}  # bench/ratings.py's task ->
 
 
 def episodes_by_task(db_path: str, task: str = "coding") -> dict[int, list[dict]]:
-    """The store's finished episodes of `task` with a reward, grouped by task."""
+    """The store's finished episodes of `task`, grouped by task; `reward` is None where the
+    episode was not scored (bench/rating_pairs.py --sample stores answers unscored)."""
     with store.open_db(db_path) as db:
         found = rows(
             db,
             """SELECT e.task_id, e.final_output AS output, e.reward FROM episodes e
                JOIN tasks t ON t.id = e.task_id
-               WHERE t.kind = :kind AND e.status = 'ok' AND e.final_output <> ''
-                 AND e.reward IS NOT NULL""",
+               WHERE t.kind = :kind AND e.status = 'ok' AND e.final_output <> ''""",
             {"kind": KINDS[task]},
         )
     groups: dict[int, list[dict]] = defaultdict(list)
@@ -122,7 +123,8 @@ def measure(
         auc = float(u / (labels.sum() * (~labels).sum()))
         h = np.concatenate(liked)
         gap = float(h[labels].mean() - h[~labels].mean())
-    auto = np.mean([np.std([e["reward"] for e in groups[t]]) for t in test_tasks])
+    scored = [[e["reward"] for e in groups[t] if e["reward"] is not None] for t in test_tasks]
+    auto = np.mean([np.std(r) for r in scored if len(r) >= 2] or [np.nan])
     return {
         "ratings": len(examples.pairs), "decisive": decisive, "l2": model.l2, "skill": model.skill, "auc": auc,
         "spread": float(np.mean([np.std(h) for h in liked])),

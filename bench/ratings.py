@@ -136,12 +136,21 @@ def second_person(text: str) -> bool:
     return bool(SECOND_PERSON.search(text))
 
 
+def opens_with_the(text: str) -> bool:
+    """The summary's first word is "The": it opens with what happened, not with a name."""
+    return text.lstrip().startswith("The ")
+
+
 QUOTED = re.compile(r'["\u201c][^"\u201c\u201d]{3,}["\u201d]')
 REPORTING = re.compile(r"\b(said|says|told|according to)\b", re.I)
 # the property a rater looks for, by the curated task set the experiment runs on
 PROPERTIES = {
     "coding": {"commented": commented, "typed": typed},
-    "summary": {"attributed": attributed, "second-person": second_person},
+    "summary": {
+        "attributed": attributed,
+        "second-person": second_person,
+        "opens-with-the": opens_with_the,
+    },
 }
 ARMS = ["prefers", "none", "unrated"]  # the rater, the coin-flip control, no ratings
 # what the rater gives (--rating): answers sampled per rated task, and the name in reports
@@ -631,6 +640,9 @@ def main() -> None:
     if args.replot:
         runs = [json.loads(Path(name).read_text()) for name in args.replot]
         names = [Path(name).stem for name in args.replot]
+        old = [n for n, figures in zip(args.replot, runs, strict=True) if "arms" not in figures]
+        if old:  # the first experiments wrote one rater per file, with no `before` or `arms`
+            parser.error(f"written before the arms (one rater a file): {', '.join(old)}")
         print("\n".join([*(report(figures) for figures in runs), across(runs, names)]))
         if args.plot:
             plot(runs, args.plot)
