@@ -63,6 +63,22 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
     assert png.stat().st_size > 10_000
 
 
+def test_replotting_a_file_from_before_the_arms_says_so(tmp_path: Path):
+    """The first experiments wrote one rater a file (no `before`, no `arms`); replotting one
+    names it instead of failing on a missing key."""
+    first = BENCH.parent / "docs" / "training" / "ratings-typed-50.json"
+    assert "arms" not in json.loads(first.read_text())
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "ratings.py"), "--replot", str(first)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "written before the arms" in done.stderr and first.name in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def ratings_bench():
     spec = importlib.util.spec_from_file_location("ratings_bench", BENCH / "ratings.py")
     ratings = importlib.util.module_from_spec(spec)
@@ -85,6 +101,10 @@ def test_the_writing_raters_taste_is_checkable():
     second_person = ratings.PROPERTIES["summary"]["second-person"]
     assert second_person("If you live nearby, your road may close.")
     assert not second_person("Residents nearby may see their road close.")
+    opens_with_the = ratings.PROPERTIES["summary"]["opens-with-the"]
+    assert opens_with_the("\nThe road reopens in May, the council said.")
+    assert not opens_with_the("Theresa May opened the road.")  # a name, not the article
+    assert not opens_with_the("A road reopens. The council said so.")  # "The" later only
 
 
 def test_the_thumbs_rater_thumbs_up_its_taste_and_the_control_flips_a_coin():
