@@ -25,7 +25,7 @@ counts the same with the words' counts at unit length (φ until 2026-11-27), --f
 embedding the sentence embedding alone (φ before the words), to compare.
 
 Usage: python bench/preference.py --db FILE [--task coding|summary] [--rater prefers|none]
-                                  [--property commented|typed|attributed|second-person]
+                                  [--property NAME, a property of bench/ratings.py]
                                   [--ratings 20,50,100] [--seed 0]
                                   [--features model|counts|embedding]
 """

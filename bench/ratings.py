@@ -36,6 +36,9 @@ answered before and after.
     property attributed     it says who said it (a quotation, or "said", "says", "told",
                             "according to")
     property second-person  it speaks to its reader ("you", "your")
+    property opens-with-the its first word is "The" (what happened, not a name): in about a
+                            quarter of the untrained team's summaries, and the writing verdict
+                            passes those as often as the others (docs/TRAINING.md)
 
 Measured on the first --held-out problems of the task set's held-out split: how often the
 team's answer has the property, and pass@1 (coding: every test assert passes, run in the

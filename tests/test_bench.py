@@ -63,7 +63,7 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
     assert png.stat().st_size > 10_000
 
 
-def test_replotting_a_file_from_before_the_arms_says_so(tmp_path: Path):
+def test_replotting_a_file_from_before_the_arms_says_so():
     """The first experiments wrote one rater a file (no `before`, no `arms`); replotting one
     names it instead of failing on a missing key."""
     first = BENCH.parent / "docs" / "training" / "ratings-typed-50.json"
