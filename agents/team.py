@@ -67,6 +67,7 @@ from agents.roles import (
 )
 from agents.tasks import Task, save_task
 from agents.writer import continuing, earliest, go_on, without_stray_hash
+from learner.writing_reward import drop_repeats
 
 Event = dict[str, Any]
 
@@ -247,7 +248,8 @@ def combine(team: Team, state: TeamState) -> dict:
     if team.task.form == "longform":
         outline = outline_of(team.task)
         sections = document_sections(texts, outline, [role.sections for role in team.roles])
-        return {"combined": None, "output": assemble(team.task.extra["title"], outline, sections)}
+        document = assemble(team.task.extra["title"], outline, drop_repeats(sections))
+        return {"combined": None, "output": document}
     if team.task.kind != "coding":
         return {"combined": None, "output": combine_sections(texts)}
     if team.shape == "naive_concat":

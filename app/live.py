@@ -83,6 +83,7 @@ class LiveEpisode:
     result: EpisodeResult | None = None
     reward: float | None = None
     tests: TestReport | None = None
+    repeats: float | None = None  # long-form: share of the writers' sentences left out as repeats
     error: str | None = None  # the episode failed: why
     note: str | None = None  # the episode is fine but something after it was not (scoring)
     finished: bool = False
@@ -133,6 +134,7 @@ class LiveEpisode:
             self.ended = time.monotonic()
         elif kind == "scored":
             self.reward, self.tests, self.note = event["reward"], event["tests"], event["note"]
+            self.repeats = event.get("repeats")
         elif kind == "failed":
             self.error = event["error"]
             self.ended = self.ended or time.monotonic()
@@ -159,6 +161,8 @@ class LiveEpisode:
             parts.append(f"reward {self.reward:.2f}")
         elif not self.finished:
             parts.append("scoring…")
+        if self.repeats:
+            parts.append(f"{self.repeats:.0%} of the writers' sentences left out as repeats")
         cut = [str(i + 1) for i, pane in enumerate(self.panes) if pane.cut_off]
         if cut:
             who = f"agent{'s' * (len(cut) > 1)} {', '.join(cut)}"
@@ -234,16 +238,18 @@ def _run_one(
 
 
 def score(result: EpisodeResult, db_path: str | Path | None) -> dict:
-    """The episode's joint reward (recorded in the store) and, for code with tests, the result
-    of each test assert (the environment's run, not a second one). A scoring failure is a note: the episode itself is saved and fine."""
-    tests, reward, note = result.test_report, None, None
+    """The episode's joint reward (recorded in the store), for code with tests the result of
+    each test assert (the environment's run, not a second one), for a long-form document the
+    share of the writers' sentences the document left out as repeats. A scoring failure is a note: the episode itself is saved and fine."""
+    tests, reward, note, repeats = result.test_report, None, None, None
     try:
         scored = score_episode(result, db=db_path)
         reward, tests = scored.reward, scored.report
+        repeats = scored.components.get("repeats_dropped")
     except Exception as e:
         log.exception("scoring episode %d failed", result.episode_id)
         note = f"reward not computed ({describe_error(e)})"
-    return {"reward": reward, "tests": tests, "note": note}
+    return {"reward": reward, "tests": tests, "note": note, "repeats": repeats}
 
 
 def describe_error(error: Exception) -> str:

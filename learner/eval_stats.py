@@ -38,6 +38,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "role_violations": ("role violations", ("coding",)),
     "critical_tokens": ("critical-path tokens", ("coding", "writing")),
     "redundancy": ("redundancy", ("writing",)),
+    "document_redundancy": ("document redundancy", ("writing",)),
+    "repeats_dropped": ("repeats left out", ("writing",)),
     "structure": ("structure", ("coding", "writing")),
     "turns": ("turns", ("coding", "writing")),
     "time_s": ("time (s)", ("coding", "writing")),
@@ -83,6 +85,11 @@ DEFINITIONS = {
         "(copies are perfectly consistent); not defined for `single`",
         "structure": "the writing reward's length score: mean over sections of 1 inside the "
         "role's word bounds, falling linearly to 0 at 0 words and at twice the maximum",
+        "document_redundancy": "long-form only: the redundancy of the document the reader "
+        "gets, its sections after the environment left out each sentence that repeats an "
+        "earlier one (embedding cosine ≥ 0.9; learner.writing_reward.drop_repeats)",
+        "repeats_dropped": "long-form only: share of the writers' sentences left out of the "
+        "document as repeats",
         "turns": "turns the episode took",
         "time_s": "completion time: the episode's wall time in seconds",
         "tokens": "output tokens of every agent call in the episode",

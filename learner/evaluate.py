@@ -235,6 +235,8 @@ def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
             metrics |= {
                 "structure": structure_compliance(parts, task.extra["outline"], owners),
                 "redundancy": reward["redundancy"],
+                "document_redundancy": reward["document_redundancy"],
+                "repeats_dropped": reward["repeats_dropped"],
                 "coverage": reward["coverage"],
             }
     metrics["reward"] = scored.reward

@@ -94,6 +94,9 @@ def longform_reward(
       majority of prose or lists) and term agreement (share naming `subject` where given);
     - `redundancy`: the worst pair of sections, the larger of `redundancy` (copied trigrams,
       near-duplicate sentences) and `paraphrase` (the same content in other words);
+    - `document_redundancy`: the same of the document the reader gets, the sections after
+      `drop_repeats`; `repeats_dropped`, the share of the writers' sentences it left out (both
+      reported, neither in the aggregates: the reward pays for what the writers wrote);
     - `structure`: `compliance` (agents.outline.structure_compliance) when given, else the
       share of non-empty sections;
     - with a reference: `rouge1`, `rougeL`, `reference_similarity`, `reference` as in
@@ -132,6 +135,10 @@ def longform_reward(
     )
     r["paraphrase"] = paraphrase(vectors)
     r["redundancy"] = max(redundancy(sections, vectors), r["paraphrase"])
+    edited = drop_repeats(sections)  # the document as the reader gets it (agents.team.combine)
+    edited_vectors = sentence_vectors(edited)
+    r["document_redundancy"] = max(redundancy(edited, edited_vectors), paraphrase(edited_vectors))
+    r["repeats_dropped"] = 1 - sum(map(len, edited_vectors)) / max(sum(map(len, vectors)), 1)
     r["structure"] = r["nonempty"] if compliance is None else compliance
     quality = [r["coverage"], r["length"]]
     if reference is not None:
@@ -260,8 +267,37 @@ def words_of(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
 
 
+# a sentence ends at . ! or ?, or one of them and a closing quote or bracket, before whitespace
+SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))(\s+)")
+
+
 def split_sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
+    return [s for s in SENTENCE_END.split(text.strip())[0::2] if s.strip()]
+
+
+def drop_repeats(parts: Sequence[str]) -> list[str]:
+    """The parts with every sentence that repeats an earlier one of the document left out.
+
+    Read in order, part after part, a sentence goes when its embedding's cosine with a sentence
+    kept before it (in an earlier part or earlier in its own) is at least `NEAR_DUPLICATE`, the
+    bar `redundancy` counts a near-duplicate by: the document says each thing once, where its
+    first writer said it. A paragraph break after a dropped sentence stays."""
+    pieces = [SENTENCE_END.split(part.strip()) if part.strip() else [] for part in parts]
+    vectors = sentence_vectors(parts)
+    kept: list[np.ndarray] = []
+    out = []
+    for piece, rows in zip(pieces, vectors, strict=True):
+        text = []
+        for k, row in enumerate(rows):
+            gap = piece[2 * k + 1] if 2 * k + 1 < len(piece) else ""
+            if kept and float(np.max(np.stack(kept) @ row)) >= NEAR_DUPLICATE:
+                text.append("\n\n" if "\n" in gap else "")
+                continue
+            kept.append(row)
+            text.append(piece[2 * k] + gap)
+        joined = re.sub(r"[ \t]+\n", "\n", "".join(text))
+        out.append(re.sub(r"\n{3,}", "\n\n", joined).strip())
+    return out
 
 
 def _ngram_list(words: list[str], n: int) -> list[tuple[str, ...]]:

@@ -27,7 +27,7 @@ from agents.tasks import (
     longform_tasks,
 )
 from learner.rewards import score_episode
-from learner.writing_reward import longform_reward
+from learner.writing_reward import drop_repeats, longform_reward
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 # -- the curated set and a person's own request ----------------------------------------------
@@ -381,6 +381,25 @@ def test_the_longform_reward_ranks_documents_as_a_person_would():
     # the same paragraph in other words is caught as well as a copy
     assert paraphrased["redundancy"] > 0.9 and duplicated["redundancy"] == 1.0
     assert one_writes_all["length"] == 0.0 and one_writes_all["structure"] == 0.25
+
+
+def test_the_document_says_each_thing_once_where_it_was_first_said():
+    opening = "Honey bees are social insects of the genus Apis, known for making honey."
+    reworded = "Honey bees, social insects of the genus Apis, are known for making honey."
+    edited = drop_repeats([f"{opening} They live in colonies.\n\nThey sting.", "", reworded])
+    assert edited == [f"{opening} They live in colonies.\n\nThey sting.", "", ""]
+    # a repeat inside one section goes too; a paragraph break after it stays
+    colony = f"{COLONY}\n\n{opening}"
+    assert drop_repeats([opening, f"{opening}\n\nThe queen lays eggs. {colony}"]) == [
+        opening,
+        f"The queen lays eggs. {COLONY}",
+    ]
+    assert drop_repeats(GOOD) == GOOD  # distinct sections are left as they are
+    # the reward keeps what the writers did, and reports the document the reader gets
+    duplicated = score([BIOLOGY, BIOLOGY, POLLINATION, THREATS])
+    assert duplicated["redundancy"] == 1.0 and duplicated["document_redundancy"] < 0.3
+    assert duplicated["repeats_dropped"] == pytest.approx(4 / 17)
+    assert score(GOOD)["repeats_dropped"] == 0.0
 
 
 def test_consistency_notices_a_section_in_another_voice_and_format():

@@ -3,6 +3,7 @@ vLLM, a real SQLite file in a temp folder is the store. (tests/test_browser.py d
 page in Chromium against the real server.)"""
 
 import os
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ import pytest
 
 import store
 from agents.policy import PolicyError
-from agents.tasks import MAX_PROMPT_CHARS, TaskError
+from agents.tasks import MAX_PROMPT_CHARS, TaskError, longform_tasks
 from agents.team import Sampling
 from app import rating
 from app.admin import AdminTab
@@ -158,6 +159,32 @@ def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
         saved = store.get_episode(db, episode.episode_id)
     assert saved["status"] == "ok" and saved["reward"] == pytest.approx(episode.reward)
     assert saved["rewards"]["asserts_passed"] == 7
+
+
+FACTS = [
+    "The name goes back to a Greek word for grief.",
+    "His mother dipped him in a river to make him immortal.",
+    "At Troy he killed Hector outside the city walls.",
+    "His friendship with Patroclus is a theme of later poetry.",
+]
+
+
+def test_a_sentence_two_writers_wrote_is_in_the_document_once_and_the_page_says_so(ctx):
+    task = longform_tasks("held_out")[0]
+    opening = f"{task.extra['title']} was the greatest hero of the Trojan War."
+    headings = [section["heading"] for section in task.extra["outline"]]
+
+    def writer(request):  # every writer opens each of its sections with the same sentence
+        own = re.findall(r'"## ([^"]+)"', request.messages[1]["content"].split("Now write")[-1])
+        text = "\n\n".join(f"## {h}\n{opening} {FACTS[headings.index(h)]}" for h in own)
+        return text.removeprefix(f"## {own[0]}\n")
+
+    client = FakeClient(writer)
+    *_, [episode] = run_live([TeamRun(task, agents=4)], client, ctx.db_path, interval=0)
+    assert episode.error is None and all(fact in episode.output for fact in FACTS)
+    assert episode.output.count(opening) == 1
+    assert opening in episode.panes[3].text  # the writer's own text keeps it
+    assert "38% of the writers' sentences left out as repeats" in episode.status()
 
 
 def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
