@@ -240,7 +240,8 @@ def _run_one(
 def score(result: EpisodeResult, db_path: str | Path | None) -> dict:
     """The episode's joint reward (recorded in the store), for code with tests the result of
     each test assert (the environment's run, not a second one), for a long-form document the
-    share of the writers' sentences the document left out as repeats. A scoring failure is a note: the episode itself is saved and fine."""
+    share of the writers' sentences the document left out as repeats. A scoring failure is a
+    note: the episode itself is saved and fine."""
     tests, reward, note, repeats = result.test_report, None, None, None
     try:
         scored = score_episode(result, db=db_path)
