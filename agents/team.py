@@ -65,9 +65,9 @@ from agents.roles import (
     team_roles,
     token_share,
 )
+from agents.sentences import drop_repeats
 from agents.tasks import Task, save_task
 from agents.writer import continuing, earliest, go_on, without_stray_hash
-from learner.writing_reward import drop_repeats
 
 Event = dict[str, Any]
 
@@ -247,9 +247,8 @@ def combine(team: Team, state: TeamState) -> dict:
     texts = [state["outputs"][i] for i in range(team.size)]
     if team.task.form == "longform":
         outline = outline_of(team.task)
-        sections = document_sections(texts, outline, [role.sections for role in team.roles])
-        document = assemble(team.task.extra["title"], outline, drop_repeats(sections))
-        return {"combined": None, "output": document}
+        sections = drop_repeats(document_sections(texts, outline, [r.sections for r in team.roles]))
+        return {"combined": None, "output": assemble(team.task.extra["title"], outline, sections)}
     if team.task.kind != "coding":
         return {"combined": None, "output": combine_sections(texts)}
     if team.shape == "naive_concat":

@@ -504,7 +504,7 @@ def across(runs: list[dict], names: list[str]) -> str:
     for prop in sorted({f["property"] for f in runs}):
         mine = [(f, name) for f, name in zip(runs, names, strict=True) if f["property"] == prop]
         both = [(f, name) for f, name in mine if {"prefers", "none"} <= f["arms"].keys()]
-        if len(both) >= 2:
+        if both:  # a row per run; the median where there are two or more
             width = max(len(name) for _, name in both)
             rows = [figures_of(f) for f, _ in both]
             lines.append(
@@ -514,13 +514,14 @@ def across(runs: list[dict], names: list[str]) -> str:
             lines.append(f"  {'':{width}s}  " + "  ".join(f"{c:>12s}" for c in columns))
             for (_, name), row in zip(both, rows, strict=True):
                 lines.append(f"  {name:{width}s}  " + "  ".join(f"{v:+12.1f}" for v in row))
-            lines.append(
-                f"  {'median':{width}s}  "
-                + "  ".join(f"{median(col):+12.1f}" for col in zip(*rows, strict=True))
-            )
+            if len(rows) >= 2:
+                lines.append(
+                    f"  {'median':{width}s}  "
+                    + "  ".join(f"{median(col):+12.1f}" for col in zip(*rows, strict=True))
+                )
             lines.append(
                 f"  the control moved the property under 5 points in "
-                f"{sum(abs(row[0]) < 5 for row in rows)} of {len(rows)}"
+                f"{sum(round(abs(row[0]), 1) < 5 for row in rows)} of {len(rows)}"
             )
         same: dict[tuple, list[dict]] = {}
         for f, _ in mine:

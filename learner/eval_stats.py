@@ -87,7 +87,7 @@ DEFINITIONS = {
         "role's word bounds, falling linearly to 0 at 0 words and at twice the maximum",
         "document_redundancy": "long-form only: the redundancy of the document the reader "
         "gets, its sections after the environment left out each sentence that repeats an "
-        "earlier one (embedding cosine ≥ 0.9; learner.writing_reward.drop_repeats)",
+        "earlier one (embedding cosine ≥ 0.9; agents.sentences.drop_repeats)",
         "repeats_dropped": "long-form only: share of the writers' sentences left out of the "
         "document as repeats",
         "turns": "turns the episode took",

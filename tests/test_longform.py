@@ -18,6 +18,7 @@ from agents.outline import (
 )
 from agents.policy import pieces_kept
 from agents.roles import section_min_tokens, section_words_of, team_roles, token_share
+from agents.sentences import drop_repeats
 from agents.tasks import (
     DEFAULT_OUTLINE,
     LONGFORM_WORDS,
@@ -27,7 +28,7 @@ from agents.tasks import (
     longform_tasks,
 )
 from learner.rewards import score_episode
-from learner.writing_reward import drop_repeats, longform_reward
+from learner.writing_reward import longform_reward
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 # -- the curated set and a person's own request ----------------------------------------------
