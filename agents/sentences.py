@@ -22,26 +22,37 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in SENTENCE_END.split(text.strip())[0::2] if s.strip()]
 
 
-def drop_repeats(parts: Sequence[str]) -> list[str]:
-    """The parts with every sentence that repeats an earlier one of the document left out.
+def repeats(vectors: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """For each part's sentence embeddings (`sentence_vectors`), True where the sentence repeats
+    one kept before it in the document: read in order, part after part, a sentence repeats when
+    its cosine with a kept sentence (in an earlier part or earlier in its own) is at least
+    `NEAR_DUPLICATE`, the bar `redundancy` counts a near-duplicate by."""
+    rows = [row for part in vectors for row in part]
+    stacked = np.stack(rows) if rows else np.zeros((0, 0))
+    cosines = stacked @ stacked.T
+    repeated = np.zeros(len(rows), dtype=bool)
+    for i in range(len(rows)):
+        earlier = ~repeated[:i]
+        repeated[i] = bool((cosines[i, :i][earlier] >= NEAR_DUPLICATE).any())
+    ends = np.cumsum([0] + [len(part) for part in vectors])
+    return [repeated[a:b] for a, b in itertools.pairwise(ends)]
 
-    Read in order, part after part, a sentence goes when its embedding's cosine with a sentence
-    kept before it (in an earlier part or earlier in its own) is at least `NEAR_DUPLICATE`, the
-    bar `redundancy` counts a near-duplicate by: the document says each thing once, where its
-    first writer said it. A paragraph break after a dropped sentence stays."""
-    pieces = [SENTENCE_END.split(part.strip()) if part.strip() else [] for part in parts]
-    vectors = sentence_vectors(parts)
-    kept: list[np.ndarray] = []
+
+def drop_repeats(parts: Sequence[str], vectors: Sequence[np.ndarray] | None = None) -> list[str]:
+    """The parts with every sentence that `repeats` an earlier one of the document left out:
+    the document says each thing once, where its first writer said it. A paragraph break after
+    a dropped sentence stays. `vectors`: the parts' `sentence_vectors`, when already computed."""
+    vectors = sentence_vectors(parts) if vectors is None else vectors
     out = []
-    for piece, rows in zip(pieces, vectors, strict=True):
+    for part, repeated in zip(parts, repeats(vectors), strict=True):
+        piece = SENTENCE_END.split(part.strip()) if part.strip() else []
         text = []
-        for k, row in enumerate(rows):
+        for k, gone in enumerate(repeated):
             gap = piece[2 * k + 1] if 2 * k + 1 < len(piece) else ""
-            if kept and float(np.max(np.stack(kept) @ row)) >= NEAR_DUPLICATE:
+            if gone:
                 text.append("\n\n" if "\n" in gap else "")
-                continue
-            kept.append(row)
-            text.append(piece[2 * k] + gap)
+            else:
+                text.append(piece[2 * k] + gap)
         joined = re.sub(r"[ \t]+\n", "\n", "".join(text))
         out.append(re.sub(r"\n{3,}", "\n\n", joined).strip())
     return out

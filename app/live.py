@@ -134,7 +134,7 @@ class LiveEpisode:
             self.ended = time.monotonic()
         elif kind == "scored":
             self.reward, self.tests, self.note = event["reward"], event["tests"], event["note"]
-            self.repeats = event.get("repeats")
+            self.repeats = event["repeats"]
         elif kind == "failed":
             self.error = event["error"]
             self.ended = self.ended or time.monotonic()

@@ -17,6 +17,7 @@ from agents.sentences import (
     NEAR_DUPLICATE,
     drop_repeats,
     embed_texts,
+    repeats,
     sentence_vectors,
 )
 
@@ -138,8 +139,9 @@ def longform_reward(
     )
     r["paraphrase"] = paraphrase(vectors)
     r["redundancy"] = max(redundancy(sections, vectors), r["paraphrase"])
-    edited = drop_repeats(sections)  # the document as the reader gets it (agents.team.combine)
-    edited_vectors = sentence_vectors(edited)
+    # the document as the reader gets it (agents.team.combine), from the same sentence vectors
+    edited = drop_repeats(sections, vectors)
+    edited_vectors = [v[~gone] for v, gone in zip(vectors, repeats(vectors), strict=True)]
     r["document_redundancy"] = max(redundancy(edited, edited_vectors), paraphrase(edited_vectors))
     r["repeats_dropped"] = 1 - sum(map(len, edited_vectors)) / max(sum(map(len, vectors)), 1)
     r["structure"] = r["nonempty"] if compliance is None else compliance
