@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from sqlite_utils import Database
@@ -48,6 +49,10 @@ def publish_candidate(
     version = max(versions, default=0) + 1
     dest = adapters_dir(store.database_path(db)) / f"agent{agent}" / f"v{version}"
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():  # this database has no such version: a moved or deleted one's folder
+        orphan = dest.with_name(f"orphan-v{version}-{time.strftime('%Y%m%d-%H%M%S')}")
+        log.warning("%s belongs to no version of this database; kept as %s", dest, orphan)
+        os.replace(dest, orphan)
     tmp = Path(tempfile.mkdtemp(prefix=f".v{version}.", dir=dest.parent))
     try:
         shutil.copytree(folder, tmp, dirs_exist_ok=True)

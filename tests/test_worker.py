@@ -200,6 +200,29 @@ def test_version_1_of_one_database_never_meets_version_1_of_another(home, tmp_pa
         assert (Path(row["path"]) / "adapter_config.json").is_file()
 
 
+def test_a_version_folder_left_by_a_moved_database_is_kept_aside_not_fatal(home, tmp_path):
+    """A database moved or deleted leaves its adapter folders; a new database at the same path
+    publishes its v1 there (it once failed with "Directory not empty" and the run never
+    started), and the old folder is kept beside it, not overwritten."""
+    from learner.registry import publish_candidate
+
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "adapter_config.json").write_text('{"new": true}')
+    db_path = tmp_path / "lf" / "lf.db"
+    db_path.parent.mkdir()
+    with store.open_db(db_path) as db:
+        old = Path(publish_candidate(db, 0, made)["path"])
+    (old / "adapter_config.json").write_text('{"old": true}')
+    db_path.unlink()
+    with store.open_db(db_path) as db:
+        row = publish_candidate(db, 0, made)
+    assert row["version"] == 1 and Path(row["path"]) == old
+    assert json.loads((old / "adapter_config.json").read_text()) == {"new": True}
+    (kept,) = old.parent.glob("orphan-v1-*")
+    assert json.loads((kept / "adapter_config.json").read_text()) == {"old": True}
+
+
 def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
     from dataclasses import replace
 
