@@ -50,7 +50,10 @@ def publish_candidate(
     dest = adapters_dir(store.database_path(db)) / f"agent{agent}" / f"v{version}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():  # this database has no such version: a moved or deleted one's folder
-        orphan = dest.with_name(f"orphan-v{version}-{time.strftime('%Y%m%d-%H%M%S')}")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        orphan, n = dest.with_name(f"orphan-v{version}-{stamp}"), 1
+        while orphan.exists():  # another left within the same second
+            orphan, n = dest.with_name(f"orphan-v{version}-{stamp}-{n}"), n + 1
         log.warning("%s belongs to no version of this database; kept as %s", dest, orphan)
         os.replace(dest, orphan)
     tmp = Path(tempfile.mkdtemp(prefix=f".v{version}.", dir=dest.parent))

@@ -221,6 +221,10 @@ def test_a_version_folder_left_by_a_moved_database_is_kept_aside_not_fatal(home,
     assert json.loads((old / "adapter_config.json").read_text()) == {"new": True}
     (kept,) = old.parent.glob("orphan-v1-*")
     assert json.loads((kept / "adapter_config.json").read_text()) == {"old": True}
+    db_path.unlink()  # and again, within the same second: both earlier folders are kept
+    with store.open_db(db_path) as db:
+        publish_candidate(db, 0, made)
+    assert len(list(old.parent.glob("orphan-v1-*"))) == 2
 
 
 def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
