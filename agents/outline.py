@@ -91,11 +91,15 @@ def split_headed(text: str, outline: Sequence[dict]) -> list[tuple[str | None, s
 
 
 def match_heading(written: str, outline: Sequence[dict]) -> int | None:
-    """The outline position a written heading names (case and punctuation ignored)."""
-    wanted = normalize(written).removeprefix("section ").lstrip("0123456789 ")
-    for k, section in enumerate(outline):
-        if normalize(section["heading"]) == wanted:
-            return k
+    """The outline position a written heading names (case and punctuation ignored), as written
+    or after a number the writer put before it ("2. Early life", "Section 2: Early life"); a
+    heading that begins with a number of its own ("1970–85: Early life") matches as written."""
+    full = normalize(written)
+    wanted = full.removeprefix("section ").lstrip("0123456789 ")
+    headings = [normalize(section["heading"]) for section in outline]
+    for name in (full, wanted):
+        if name in headings:
+            return headings.index(name)
     return None
 
 

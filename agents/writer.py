@@ -74,12 +74,15 @@ def go_on(
     it left out begun and continued; the calls joined into one completion."""
     begun = request.messages[-1]["content"] if request.messages[-1]["role"] == "assistant" else ""
     asked = request.messages[:-1] if begun else request.messages
-    calls = [completion]
+    calls, begun_here = [completion], set()
     while True:
         left = request.max_tokens - sum(c.completion_tokens for c in calls)
         missing = next_section(text, outline, role.sections)
         if missing is None or calls[-1].finish_reason == "length" or left < HEADING_TOKENS:
             break
+        if missing in begun_here:  # begun once already and still not read as written: stop
+            break
+        begun_here.add(missing)
         heading = f"\n\n{section_opening(outline[missing])}"
         stream(0, heading)
         text = text.rstrip() + heading

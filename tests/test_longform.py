@@ -12,6 +12,7 @@ import pytest
 from agents.outline import (
     assign_sections,
     document_sections,
+    match_heading,
     own_sections,
     structure_compliance,
     writer_stop,
@@ -256,6 +257,37 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
         sampling=Sampling(logprobs=True), db=tmp_path / "r.db",
     )  # fmt: skip
     assert len(rollout.requests) == size
+
+
+def test_a_heading_that_begins_with_a_number_of_its_own_is_read_as_written():
+    """ "1970–85: Early life" (the Andre Agassi article, a validation one) is its section, not "Early life" after a
+    number the writer put before it; the go-on loop once wrote that heading again and again,
+    never read as written, until the request outgrew the model's context."""
+    outline = [{"heading": h} for h in ("1970–85: Early life", "Early life", "Legacy")]
+    assert match_heading("1970–85: Early life", outline) == 0
+    assert match_heading("2. Early life", outline) == 1  # a number of the writer's
+    assert match_heading("Section 3: Legacy", outline) == 2
+    assert match_heading("1986-93: Breakthrough", outline) is None
+    (agassi,) = [t for t in longform_tasks("validation") if t.extra["title"] == "Andre Agassi"]
+    sections = agassi.extra["outline"]
+    assert [match_heading(s["heading"], sections) for s in sections] == list(range(len(sections)))
+
+
+def test_a_section_begun_and_still_unread_is_not_begun_again(tmp_path, monkeypatch):
+    """Whatever the reason a begun section is not read as written, the environment begins each
+    of a writer's sections once: a reply that keeps ending at once is given up, not continued
+    until the request is longer than the model's context."""
+    import agents.writer
+    from agents.team import Sampling, run_episode
+
+    task = longform_tasks("held_out")[0]
+    monkeypatch.setattr(agents.writer, "next_section", lambda text, outline, mine: mine[-1])
+    policy = ScriptedPolicy(lambda request: "")
+    run_episode(
+        task, policy, shape="single", agents=1, adapters=adapters(1),
+        sampling=Sampling(max_tokens=4096), db=tmp_path / "c.db",
+    )  # fmt: skip
+    assert len(policy.requests) == 2  # the first call and one continuation
 
 
 @pytest.mark.parametrize("shape, size", [("single", 1), ("parallel", 2), ("parallel", 4)])
