@@ -113,7 +113,8 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
     home, monkeypatch
 ):
     """`coteam train` exits on SIGTERM (SystemExit) and Ctrl-C (KeyboardInterrupt) in the middle
-    of a step: the run ends resumable, and says so rather than show a traceback of its exit."""
+    of a step: the run ends resumable, and says so rather than show a traceback of its exit; a
+    run that crashes says the same after its error."""
     from learner.run import execute_run, resume_run, start_run
     from learner.train import TrainArgs, checkpoint_folder, mark_published
 
@@ -141,6 +142,9 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
          "continues it from there"),
         (SystemExit(0), 5, "stopped by a signal in the promotion gate, after all 5 steps; "
          "`coteam train --resume {}` runs the gate again"),
+        # a crash in the gate (a request the server refused): what was trained is not lost
+        (RuntimeError("the server refused"), 5, "RuntimeError: the server refused\nfailed in "
+         "the promotion gate, after all 5 steps; `coteam train --resume {}` runs the gate again"),
     ]:  # fmt: skip
         monkeypatch.setattr(run_module, "train", train_until(stop, steps_done))
         run_id = start_run(db_path, "cli", args)
@@ -148,7 +152,10 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
             execute_run(run_id, args, None, "unused", db_path)
         with store.open_db(db_path) as db:
             run = store.get_training_run(db, run_id)
-        assert run["state"] == "failed" and run["error"] == said.format(run_id)
+        if isinstance(stop, RuntimeError):  # a crash: the error first, then how to go on
+            assert run["state"] == "failed" and run["error"].startswith(said.format(run_id))
+        else:
+            assert run["state"] == "failed" and run["error"] == said.format(run_id)
         if steps_done:
             resumed, resumed_args, _ = resume_run(db_path, run_id)
             assert resumed_args == args
