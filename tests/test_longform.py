@@ -260,9 +260,10 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
 
 
 def test_a_heading_that_begins_with_a_number_of_its_own_is_read_as_written():
-    """ "1970–85: Early life" (the Andre Agassi article, a validation one) is its section, not "Early life" after a
-    number the writer put before it; the go-on loop once wrote that heading again and again,
-    never read as written, until the request outgrew the model's context."""
+    """The heading "1970–85: Early life" (the Andre Agassi article, a validation one) is its
+    section, not "Early life" after a number the writer put before it; the go-on loop once
+    wrote that heading again and again, never read as written, until the request outgrew the
+    model's context."""
     outline = [{"heading": h} for h in ("1970–85: Early life", "Early life", "Legacy")]
     assert match_heading("1970–85: Early life", outline) == 0
     assert match_heading("2. Early life", outline) == 1  # a number of the writer's
