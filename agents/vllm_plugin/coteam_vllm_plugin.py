@@ -20,6 +20,13 @@ in every one of its processes) puts them in place of vLLM's, on the CPU platform
 the signatures and output conventions of vLLM 0.32's torch ops; `register` patches nothing (and
 says so in the server's log) when those signatures have changed.
 
+It also keeps the CPU engine alive under seeded requests. When a prompt's prefill is split over
+several steps, vLLM samples a token after each chunk, throws it away and rewinds the request's
+random generator by moving its offset back; a CPU generator has no offset, so the first seeded
+request whose prefill was chunked killed the engine ("CPU Generator does not use offset": every
+request after it failed, `/health` answered 503). `keep_seeded_requests_alive` rewinds a CPU
+generator the way that works for it: the state from before the discarded sample is put back.
+
 Installed into the vLLM environment by scripts/setup.sh (`pip install agents/vllm_plugin`).
 """
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 
 import torch
 
@@ -114,14 +122,71 @@ OURS = {
 }
 
 
+# the line of vLLM 0.32's GPUModelRunner._bookkeeping_sync that fails on a CPU generator
+REWIND = "gen.set_offset(gen.get_offset() - 4)"
+
+
+def keep_seeded_requests_alive() -> bool:
+    """Make CPUModelRunner rewind a seeded request's generator after a discarded sample (a prefill
+    chunk that does not end the prompt) by restoring its state, where vLLM moves a CUDA
+    generator's offset back. Returns whether it patched (not when vLLM's code has changed)."""
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if not hasattr(GPUModelRunner, "_sample") or REWIND not in inspect.getsource(
+        GPUModelRunner._bookkeeping_sync
+    ):
+        log.warning(
+            "coteam plugin: vLLM's model runner is not the one this patch knows; seeded requests "
+            "whose prefill is chunked may stop the CPU engine"
+        )
+        return False
+    if getattr(CPUModelRunner, "_coteam_rewinds", False):
+        return True
+    sample, bookkeeping = CPUModelRunner._sample, CPUModelRunner._bookkeeping_sync
+
+    def _sample(self, *args, **kwargs):
+        """Notes, before sampling, the generator state of each request whose token this step
+        throws away (vLLM marks them in discard_request_mask before the forward pass)."""
+        generators = self.input_batch.generators
+        discarded = self.discard_request_mask.np[: self.input_batch.num_reqs].nonzero()[0]
+        self._coteam_states = {
+            int(i): generators[int(i)].get_state() for i in discarded if int(i) in generators
+        }
+        return sample(self, *args, **kwargs)
+
+    def _bookkeeping_sync(self, *args, **kwargs):
+        """Puts those states back, and keeps the generators out of vLLM's offset rewind."""
+        generators = self.input_batch.generators
+        rewound = {}
+        for i, state in getattr(self, "_coteam_states", {}).items():
+            generators[i].set_state(state)
+            rewound[i] = generators.pop(i)
+        self._coteam_states = {}
+        try:
+            return bookkeeping(self, *args, **kwargs)
+        finally:
+            generators.update(rewound)
+
+    CPUModelRunner._sample = _sample
+    CPUModelRunner._bookkeeping_sync = _bookkeeping_sync
+    CPUModelRunner._coteam_rewinds = True
+    return True
+
+
 def register() -> None:
     """vLLM's entry point (group `vllm.general_plugins`): on the CPU platform, replace the torch
     LoRA ops where vLLM looks them up (the ops module, whose sgmv_* prefill ops call them, and
-    the CPU punica wrapper, which imported them by name). Safe to call more than once."""
+    the CPU punica wrapper, which imported them by name); and, in a process that can run the
+    model (one that has imported vLLM's worker base: the engine core and its workers, not the
+    API server, which would only pay the import), the seeded-request rewind. Safe to call more
+    than once."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         return  # the GPU kernels skip index -1 and multiply per adapter already
+    if "vllm.v1.worker.worker_base" in sys.modules and keep_seeded_requests_alive():
+        log.info("coteam plugin: seeded requests rewind their CPU generator by its state")
     from vllm.lora.ops.torch_ops import lora_ops
     from vllm.lora.punica_wrapper import punica_cpu
 
