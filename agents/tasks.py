@@ -35,7 +35,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from sqlite_utils import Database
 
@@ -90,6 +90,12 @@ DEFAULT_OUTLINE = (  # (heading, brief, lead)
 
 class TaskError(ValueError):
     """A task could not be made from what was given; the message says what to change."""
+
+
+def check_split(split: str) -> None:
+    """A split's name must be one of `Split`'s: a misspelt one would give no task, or every one."""
+    if split not in get_args(Split):
+        raise TaskError(f"unknown split {split!r}: {', '.join(get_args(Split))}")
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ def humaneval_split_of(index: int) -> str:
 
 def humaneval_tasks(split: Split = "all") -> list[Task]:
     """The HumanEval problems of one part of the fixed split, in order."""
+    check_split(split)
     indices = {
         "train": HUMANEVAL_TRAIN,
         "validation": HUMANEVAL_VALIDATION,
@@ -174,6 +181,7 @@ def humaneval_tasks(split: Split = "all") -> list[Task]:
 def split_tasks(task_set: TaskSet, split: Split) -> list[Task]:
     """The tasks of one split of a curated set, in order: what training (`train`), the promotion
     gate (`validation`) and the evaluation (`held_out`) use. The three splits are disjoint."""
+    check_split(split)
     if task_set == "coding":
         return humaneval_tasks(split)
     if task_set == "longform":
@@ -326,6 +334,7 @@ def abstract_tasks() -> list[Task]:
 def longform_tasks(split: Split = "all") -> list[Task]:
     """The curated long-form tasks of one split, in order: `held_out` as the file marks it,
     `validation` every `LONGFORM_VALIDATION_EVERY`-th of the file's other rows, `train` the rest."""
+    check_split(split)
     rows = [dict(row) for row in _asset("longform.jsonl")]
     others = [row for row in rows if row["split"] != "held_out"]
     for row in others[LONGFORM_VALIDATION_EVERY - 1 :: LONGFORM_VALIDATION_EVERY]:

@@ -14,6 +14,7 @@ from agents.tasks import (
     find_task,
     humaneval_task,
     humaneval_tasks,
+    longform_tasks,
     save_task,
     split_tasks,
     user_coding_task,
@@ -46,6 +47,14 @@ def test_every_task_set_splits_into_disjoint_train_validation_and_held_out(task_
     assert sum(map(len, parts.values())) == len(split_tasks(task_set, "all"))
     with pytest.raises(TaskError, match="unknown task set"):
         split_tasks("poetry", "train")
+    with pytest.raises(TaskError, match="unknown split 'heldout'"):  # not every task, nor none
+        split_tasks(task_set, "heldout")
+
+
+def test_a_misspelt_split_is_refused_not_read_as_none_or_all():
+    for tasks in (humaneval_tasks, longform_tasks):
+        with pytest.raises(TaskError, match="unknown split 'heldout': train, validation, held_out"):
+            tasks("heldout")
 
 
 def test_humaneval_task_has_entry_point_tests_and_preamble():
