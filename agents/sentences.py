@@ -76,7 +76,11 @@ def embed_texts(texts: Sequence[str]) -> np.ndarray:
     """Unit-length embeddings of `texts`, one row each."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    return embedding_model().encode(list(texts), normalize_embeddings=True, batch_size=64)
+    # no progress bar: sentence-transformers draws one per call whenever logging is at INFO,
+    # as `coteam eval`'s is, which buried eval's own bar under a "Batches" bar per episode
+    return embedding_model().encode(
+        list(texts), normalize_embeddings=True, batch_size=64, show_progress_bar=False
+    )
 
 
 def sentence_vectors(parts: Sequence[str]) -> list[np.ndarray]:

@@ -7,6 +7,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +47,7 @@ def start_with_shipped(
 def cmd_serve(args: argparse.Namespace) -> int:
     from agents.models import provision_model, resolve_model
     from agents.policy import API_KEY_ENV
+    from agents.sentences import embedding_model
     from agents.server import ServerConfig, connect_or_start
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
@@ -84,6 +86,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_agents=args.agents,
         )  # fmt: skip
         demo = build_app(context)
+        # the writers' combiner embeds sentences: loaded now, not in the first co-write
+        threading.Thread(target=embedding_model, name="sentence-model", daemon=True).start()
         print(f"CoTeam on http://{args.host}:{args.port}")
         launch_app(demo, args.host, args.port)
     return 0

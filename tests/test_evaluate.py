@@ -336,6 +336,30 @@ def test_run_eval_writes_the_results(tmp_path):
     assert "| parallel |" in (tmp_path / "report.md").read_text()
 
 
+def test_the_sentence_model_is_loaded_before_the_first_writing_episode_starts(
+    tmp_path, monkeypatch
+):
+    """The writers' combiner embeds sentences; loading that model (4.5 s on a 2-core CPU) inside
+    the first episode put it on whichever shape ran first. Coding runs do not load it."""
+    loaded = []
+    monkeypatch.setattr("learner.evaluate.embedding_model", lambda: loaded.append(True))
+    seen_at_first_call = []
+
+    def reply(request):
+        seen_at_first_call.append(bool(loaded))
+        return "A sentence about the news. Another one here."
+
+    config = EvalConfig(task="writing", limit=1, shapes=("single",))
+    evaluate(config, ScriptedPolicy(reply), tmp_path / "w", db=tmp_path / "db", progress=False)
+    assert seen_at_first_call and seen_at_first_call[0], "loaded only inside the episode"
+    loaded.clear()
+    config = EvalConfig(task="coding", limit=1, shapes=("single",))
+    evaluate(
+        config, ScriptedPolicy(solving_reply), tmp_path / "c", db=tmp_path / "db", progress=False
+    )
+    assert not loaded
+
+
 # -- a real `coteam eval` through the server -------------------------------------------------
 
 
