@@ -2,7 +2,9 @@
 `generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; the server is
 measured with the weights in each dtype asked (bf16, the model's own, and float32: on a CPU
 without native bf16 the server's default is float32, `agents.server.cpu_has_bf16`); plus batch-1
-decode against the memory-bandwidth bound. With `--lora`, the 8 concurrent requests are also sent
+decode against the memory-bandwidth bound; and the server's tokens/s per stream when 4 greedy
+requests, each held to the full length, decode side by side (a 4-writer team) against one alone.
+With `--lora`, the 8 concurrent requests are also sent
 through two LoRA adapters of the learner's shape (rank, alpha and target modules of
 `MAGRPOConfig`), half each, as a trained 2-agent team's calls are: the cost of serving adapters;
 and a training step's rollout is timed, on the base model and through the two adapters: the 16
@@ -137,13 +139,16 @@ def rollout_requests(tokens: int, names: list[str | None]) -> list[Request]:
 
 
 def bench_vllm(client: PolicyClient, tokens: int, adapters: list[Path] = ()) -> dict[str, float]:
-    def run(tasks: list[str], temperature: float, names: list[str | None] = (None,)) -> float:
+    def run(
+        tasks: list[str], temperature: float, names: list[str | None] = (None,), held: int = 0
+    ) -> float:
         start = time.perf_counter()
         done = client.generate(
             [
                 Request(
                     messages(t),
                     max_tokens=tokens,
+                    min_tokens=held,
                     temperature=temperature,
                     top_p=0.95,
                     adapter=names[k % len(names)],
@@ -155,6 +160,10 @@ def bench_vllm(client: PolicyClient, tokens: int, adapters: list[Path] = ()) -> 
 
     run(TASKS[:1], 0.0)  # warm-up
     figures = {"batch1": run(TASKS[:1], 0.0), "batch8": run(TASKS, 0.8)}
+    # a 4-writer team's batch against one writer: each request held to the full length, so the
+    # streams decode side by side to the end (tok/s per stream)
+    figures["one_held"] = run(TASKS[:1], 0.0, held=tokens)
+    figures["four_held"] = run(TASKS[:4], 0.0, held=tokens) / 4
     if adapters:
         names = [f"bench-lora{k}" for k in range(len(adapters))]
         for name, path in zip(names, adapters, strict=True):
@@ -225,6 +234,11 @@ def main() -> None:
     ):
         cells = "".join(f"{vl[d][key]:17.1f} ({vl[d][key] / hf[key]:.1f}x)" for d in labels)
         print(f"{label:30s}{hf[key]:14.1f}{cells}")
+    cells = "".join(
+        f"{vl[d]['four_held']:16.1f} ({vl[d]['four_held'] / vl[d]['one_held']:.2f}x)"
+        for d in labels
+    )
+    print(f"{'4 concurrent, per stream':30s}{'':>14s}{cells}  (x: of one stream alone)")
     if adapters:
         cells = "".join(
             f"{vl[d]['batch8_lora']:16.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
