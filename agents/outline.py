@@ -15,6 +15,9 @@ and is dropped, as is text outside any owned heading.
 
 from __future__ import annotations
 
+import bisect
+import difflib
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -123,13 +126,27 @@ def written_positions(text: str, outline: Sequence[dict]) -> list[int | None]:
     return [match_heading(h, outline) for h, _ in split_headed(text, outline) if h is not None]
 
 
-# A sentence a writer wrote before, written again: the greedy loop of a small model. Only a
-# sentence of this many words counts (a short one may be repeated on purpose).
+# A sentence a writer wrote before, written again, or again with a word or two changed ("The
+# Pacific Ocean is known for its rugged coastline … The Atlantic Ocean is known for its rugged
+# coastline …"): the greedy loop of a small model. Only a sentence of this many words counts (a
+# short one may be repeated on purpose), and only one whose words, in order, match the earlier
+# one's but for about one in ten (difflib's ratio).
 LOOP_SENTENCE_WORDS = 8
-# a sentence ends at its stop and any closing quotes or brackets after it ('means "pain." The')
-SENTENCE = re.compile(r"[^.!?\n]+[.!?]+[\"'”’)\]]*(?=\s)")
+LOOP_LIKENESS = 0.9
+# a sentence ends at its stop and any closing quotes or brackets after it ('means "pain." The'); a
+# whole line without one (a list item: "- **Algae** - The genus of algae that …") counts as one
+SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+[\"'”’)\]]*(?=\s)|(?=\n))")
+WORD = re.compile(r"\w+")
 # a phrase of 6-80 characters said four times or more in a row ("the gods, the gods, ...")
 PHRASE_LOOP = re.compile(r"(\S.{5,79}?)\1{3,}", re.S)
+
+
+@functools.lru_cache(maxsize=2**16)  # the stop reads the whole reply again at every piece
+def alike(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether two sentences' words match, in order, but for about one in ten."""
+    if 2 * min(len(a), len(b)) < LOOP_LIKENESS * (len(a) + len(b)):
+        return False  # too unlike in length for the ratio to reach the bar
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= LOOP_LIKENESS
 
 
 def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str], int | None]:
@@ -139,14 +156,18 @@ def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str],
     It ends at a complete heading line naming a teammate's section, at any level and in any
     case (the API's stop strings hold 4 forms; a 4-writer team has 6 or more, and a writer that
     repeats the outline writes `### Ascii Control Characters`), or naming one of the writer's
-    own sections a second time, and where the writer loops: at
-    the start of a sentence of `LOOP_SENTENCE_WORDS` or more words that it wrote before, or
-    after the first time of a phrase said four times in a row. What follows is neither the
-    writer's part nor new text: its teammates write those sections, and a loop says nothing."""
+    own sections a second time, and where the writer loops: at the start of a sentence of
+    `LOOP_SENTENCE_WORDS` or more words that it wrote before, or nearly (`alike`) in the same
+    section, or after the first time of a phrase said four times in a row. What follows is
+    neither the writer's part nor new text: its teammates write those sections, and a loop says
+    nothing. (Near repeats count within a section only: a writer of several sections may open
+    each in one mould, "Mobility impairments are a common problem that …", "Visual impairments
+    are a common problem that …", and a cut there would leave the second section empty.)"""
     mine = set(mine)
 
     def stop_when(text: str) -> int | None:
         cuts, begun = [], set()
+        headings = [match.start() for match in HEADING.finditer(text)]
         for match in HEADING.finditer(text):
             k = match_heading(match.group(2), outline)
             if k is not None and "\n" in text[match.end(2) :]:  # a whole heading line
@@ -154,16 +175,16 @@ def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str],
                     cuts.append(text.rfind("\n", 0, match.start(1)) + 1)  # where its line begins
                     break
                 begun.add(k)
-        seen = set()
+        seen = []  # (section, words) of each sentence so far
         for match in SENTENCE.finditer(text):
-            words = match.group(0).lower().split()
+            words = tuple(WORD.findall(match.group(0).lower()))
             if len(words) < LOOP_SENTENCE_WORDS:
                 continue
-            sentence = " ".join(words)
-            if sentence in seen:
+            section = bisect.bisect(headings, match.start())
+            if any(w == words or (s == section and alike(w, words)) for s, w in seen):
                 cuts.append(match.start() + len(match.group(0)) - len(match.group(0).lstrip()))
                 break
-            seen.add(sentence)
+            seen.append((section, words))
         tail = max(len(text) - 400, 0)  # a loop shows at the end of what is written so far
         for loop in PHRASE_LOOP.finditer(text, tail):
             if any(c.isalpha() for c in loop.group(1)):  # words, not a rule of dashes

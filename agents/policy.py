@@ -49,10 +49,14 @@ class Request:
     stop_when: Callable[[str], int | None] | None = field(default=None, repr=False)
 
 
-def pieces_kept(pieces: list[str], stop_when: Callable[[str], int | None] | None) -> int | None:
-    """How many streamed pieces to keep when `stop_when` ends the text they make: those that end
-    at or before its cut (a piece is a token or a few, so the kept text and token ids stay
-    aligned). None: no stop yet."""
+def pieces_kept(
+    pieces: list[str], stop_when: Callable[[str], int | None] | None, whole: bool = True
+) -> list[str] | None:
+    """The streamed pieces to keep when `stop_when` ends the text they make (None: no stop yet).
+    `whole`: those that end at or before its cut, so the kept text and its token ids stay
+    aligned (a learner's sample); else the text up to the cut itself, the piece the cut falls in
+    split there. A piece is a token or a few: the server sends several in one when the client
+    reads late, and a whole-piece cut then ended a reply mid-word ("to use their own too")."""
     if stop_when is None:
         return None
     cut = stop_when("".join(pieces))
@@ -60,10 +64,10 @@ def pieces_kept(pieces: list[str], stop_when: Callable[[str], int | None] | None
         return None
     end = 0
     for kept, piece in enumerate(pieces):
+        if end + len(piece) > cut:
+            return pieces[:kept] if whole or cut == end else [*pieces[:kept], piece[: cut - end]]
         end += len(piece)
-        if end > cut:
-            return kept
-    return len(pieces)
+    return list(pieces)
 
 
 @dataclass
@@ -185,12 +189,12 @@ class PolicyClient:
                         if on_token:
                             on_token(index, choice.delta.content)
                     finish = choice.finish_reason or finish
-                kept = pieces_kept(pieces, request.stop_when)
+                kept = pieces_kept(pieces, request.stop_when, whole=request.logprobs)
                 if kept is not None:
                     # closing the stream ends the request on the server: it generates no more
                     await stream.close()
-                    ids, probs = marks[kept - 1] if kept else (0, 0)
-                    pieces, token_ids, logprobs = pieces[:kept], token_ids[:ids], logprobs[:probs]
+                    ids, probs = marks[len(kept) - 1] if kept else (0, 0)
+                    pieces, token_ids, logprobs = kept, token_ids[:ids], logprobs[:probs]
                     finish = "stop"
                     break
         except PolicyError:

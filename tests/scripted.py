@@ -42,9 +42,9 @@ class ScriptedPolicy:
                 streamed.append(piece)
                 if on_token:
                     on_token(i, piece)
-                kept = pieces_kept(streamed, request.stop_when)
+                kept = pieces_kept(streamed, request.stop_when, whole=request.logprobs)
                 if kept is not None:
-                    streamed, cut_off = streamed[:kept], False
+                    streamed, cut_off = kept, False
                     break
             pieces, text = streamed, "".join(streamed)
             completions.append(

@@ -480,10 +480,27 @@ OUTLINE = [{"heading": h} for h in ("Early life", "ASCII Control Characters", "L
         ),
         # a sentence that ends in a quotation counts too (a two-sentence loop the model wrote)
         (
-            'It comes from the Greek word "achilles," which means "pain." It comes from the '
-            'Latin word "achilles," which means "pain." It comes from the Greek word "achilles,"'
-            ' which means "pain." It',
-            122,
+            'It comes from the Greek word "achilles," which means "pain." He was a hero of Troy. '
+            'It comes from the Greek word "achilles," which means "pain." It',
+            84,
+        ),
+        # the same sentence with a word changed is the loop too; two facts in one mould are not
+        (
+            "The Pacific Ocean is known for its rugged coastline and its diverse flora and fauna. "
+            "The Atlantic Ocean is known for its rugged coastline and its diverse flora and fauna."
+            " The",
+            85,
+        ),
+        (
+            "In 1990 he won the national prize for poetry in Rome. In 1994 he won the national "
+            "prize for fiction in Paris. He",
+            None,
+        ),
+        # a list item is a sentence of its own, whatever its indent
+        (
+            "- **Algae** - The genus of algae that includes a variety of species, including:\n"
+            "    - **Algae** - The genus of algae that includes a variety of species, including:\n",
+            84,
         ),
         # a phrase said four times in a row is kept once
         ("Then the gods, the gods, the gods, the gods, the gods", 15),
@@ -495,13 +512,33 @@ def test_a_writer_stops_at_a_teammates_heading_or_a_loop(written, kept):
     assert stop_when(written) == kept
 
 
+def test_a_writer_of_several_sections_may_open_them_in_one_mould():
+    """Near repeats count within a section: a cut at the second section's opening, a sentence
+    like the first's, would leave that section empty (single did, on a held-out outline)."""
+    stop_when = writer_stop(OUTLINE, [0, 2])
+    opening = "{} impairments are a common problem that affects people with disabilities."
+    two = (
+        f"## Early life\n\n{opening.format('Mobility')}\n\n## Legacy\n\n{opening.format('Visual')}"
+    )
+    assert stop_when(two + " They") is None
+    again = two + " " + opening.format("Hearing") + " They"  # within one section: a loop
+    assert stop_when(again) == len(two) + 1
+    assert stop_when(two + "\n\n" + opening.format("Mobility") + " It") == len(two) + 2  # exact
+
+
 def test_a_stop_keeps_whole_pieces_and_a_loop_ends_the_call(tmp_path):
-    """The text is cut between streamed pieces (so token ids stay aligned), at or before the
-    stop; a looping writer's call ends there instead of at its token share."""
+    """A learner's sample is cut between streamed pieces (so token ids stay aligned), at or
+    before the stop; other text at the stop itself, inside a piece of several tokens; a looping
+    writer's call ends there instead of at its token share."""
+    stop = writer_stop(OUTLINE, [0])
     pieces = ["Born in", " Rome.", "\n\n##", " Legacy", "\nMore"]
-    assert pieces_kept(pieces, writer_stop(OUTLINE, [0])) == 2
-    assert pieces_kept(pieces[:4], writer_stop(OUTLINE, [0])) is None
+    assert pieces_kept(pieces, stop) == pieces[:2]
+    assert pieces_kept(pieces, stop, whole=False) == [*pieces[:2], "\n\n"]  # up to its line
+    assert pieces_kept(pieces[:4], stop) is None
     assert pieces_kept(pieces, None) is None
+    late = ["Born in", " Rome.\n\n## Leg", "acy\nMore"]  # the server sent tokens together
+    assert pieces_kept(late, stop) == ["Born in"]
+    assert pieces_kept(late, stop, whole=False) == ["Born in", " Rome.\n\n"]
 
     from agents.team import run_episode
 
