@@ -167,8 +167,9 @@ def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str],
 
     def stop_when(text: str) -> int | None:
         cuts, begun = [], set()
-        headings = [match.start() for match in HEADING.finditer(text)]
-        for match in HEADING.finditer(text):
+        headings = list(HEADING.finditer(text))
+        starts = [match.start() for match in headings]
+        for match in headings:
             k = match_heading(match.group(2), outline)
             if k is not None and "\n" in text[match.end(2) :]:  # a whole heading line
                 if k not in mine or k in begun:
@@ -180,7 +181,7 @@ def writer_stop(outline: Sequence[dict], mine: Sequence[int]) -> Callable[[str],
             words = tuple(WORD.findall(match.group(0).lower()))
             if len(words) < LOOP_SENTENCE_WORDS:
                 continue
-            section = bisect.bisect(headings, match.start())
+            section = bisect.bisect(starts, match.start())
             if any(w == words or (s == section and alike(w, words)) for s, w in seen):
                 cuts.append(match.start() + len(match.group(0)) - len(match.group(0).lstrip()))
                 break

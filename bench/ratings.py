@@ -45,9 +45,9 @@ team's answer has the property, and pass@1 (coding: every test assert passes, ru
 sandbox; writing: the environment's success, as `coteam eval` counts it), before (the base
 model) and after (the run's candidates). With --samples 1 one greedy answer per prompt; with
 more, that many answers sampled at T = 0.8 (unseeded, as every run in docs/TRAINING.md) and the
-per-prompt rates. Each comparison is a sign test over the prompts whose
-rate changed (exact McNemar for greedy answers). Each arm also reports what its retrain gave the
-update: the groups whose samples differ in the property, and the preference term's gap there.
+per-prompt rates. Each comparison is a sign test over the prompts whose rate changed (exact
+McNemar for greedy answers). Each arm also reports what its retrain gave the update: the groups
+whose samples differ in the property, and the preference term's gap there.
 
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 

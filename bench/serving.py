@@ -3,13 +3,13 @@
 measured with the weights in each dtype asked (bf16, the model's own, and float32: on a CPU
 without native bf16 the server's default is float32, `agents.server.cpu_has_bf16`); plus batch-1
 decode against the memory-bandwidth bound; and the server's tokens/s per stream when 4 greedy
-requests, each held to the full length, decode side by side (a 4-writer team) against one alone.
-With `--lora`, the 8 concurrent requests are also sent
-through two LoRA adapters of the learner's shape (rank, alpha and target modules of
-`MAGRPOConfig`), half each, as a trained 2-agent team's calls are: the cost of serving adapters;
-and a training step's rollout is timed, on the base model and through the two adapters: the 16
-requests of 2 coding training tasks x 2 agents x G = 4 samples, each agent's own observation
-(prompts of about 450 tokens, which one-line tasks do not show). With `--without-plugin` every
+requests, each held to the full length, decode side by side (a 4-writer team) against one
+alone. With `--lora`, the 8 concurrent requests are also sent through two LoRA adapters of the
+learner's shape (rank, alpha and target modules of `MAGRPOConfig`), half each, as a trained
+2-agent team's calls are: the cost of serving adapters; and a training step's rollout is timed,
+on the base model and through the two adapters: the 16 requests of 2 coding training tasks x 2
+agents x G = 4 samples, each agent's own observation (prompts of about 450 tokens, which
+one-line tasks do not show). With `--without-plugin` every
 server is measured again without CoTeam's vLLM plugin (agents/vllm_plugin): vLLM's own CPU LoRA
 ops, the baseline of the plugin's gain.
 
