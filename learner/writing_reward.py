@@ -93,6 +93,8 @@ def longform_reward(
       the section's mean sentence embedding with the brief's, clipped at 0; 0 when empty);
     - `length`: mean over sections of the length score against an even share of `target_words`
       (1 within 0.6-1.5 of the share): one agent writing everything in one section fails it;
+      counted on the words the reader gets (each section after `drop_repeats`), so a section
+      does not reach its length by saying its sentences again;
     - `consistency`: mean of the sections' embedding consistency, voice agreement (share of
       sections in the majority person: first, second or third), format agreement (share in the
       majority of prose or lists) and term agreement (share naming `subject` where given);
@@ -115,9 +117,12 @@ def longform_reward(
     share = target_words / len(sections)
     bound = (round(0.6 * share), round(1.5 * share))
     vectors = sentence_vectors(sections)
+    # the document as the reader gets it (agents.team.combine), from the same sentence vectors
+    edited = drop_repeats(sections, vectors)
+    kept = [len(s.split()) for s in edited]
     r = {
         "nonempty": sum(n > 0 for n in words) / len(sections),
-        "length": sum(length_score(n, bound) for n in words) / len(sections),
+        "length": sum(length_score(n, bound) for n in kept) / len(sections),
         "words": float(sum(words)),
     }
     brief_vectors = embed_texts([b or "-" for b in briefs])
@@ -139,8 +144,6 @@ def longform_reward(
     )
     r["paraphrase"] = paraphrase(vectors)
     r["redundancy"] = max(redundancy(sections, vectors), r["paraphrase"])
-    # the document as the reader gets it (agents.team.combine), from the same sentence vectors
-    edited = drop_repeats(sections, vectors)
     edited_vectors = [v[~gone] for v, gone in zip(vectors, repeats(vectors), strict=True)]
     r["document_redundancy"] = max(redundancy(edited, edited_vectors), paraphrase(edited_vectors))
     r["repeats_dropped"] = 1 - sum(map(len, edited_vectors)) / max(sum(map(len, vectors)), 1)

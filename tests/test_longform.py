@@ -436,6 +436,20 @@ def test_the_document_says_each_thing_once_where_it_was_first_said():
     assert score(GOOD)["repeats_dropped"] == 0.0
 
 
+def test_a_section_does_not_reach_its_length_by_saying_it_again():
+    """A writer short of its section's words (45-112 here) that writes its sentences again is no
+    longer than it was to the reader, and scores no better than the short section."""
+    short = " ".join(COLONY.split(". ")[:2]) + "."  # 33 words
+    padded = f"{short} {short}\n\n{short}"
+    assert len(short.split()) < 45 <= len(padded.split())
+    honest, looped = (
+        score([BIOLOGY, short, POLLINATION, THREATS]),
+        score([BIOLOGY, padded, POLLINATION, THREATS]),
+    )
+    assert looped["length"] == honest["length"] < 1.0
+    assert looped["total"] <= honest["total"]
+
+
 def test_consistency_notices_a_section_in_another_voice_and_format():
     you_list = "You should know:\n- you can keep bees at home\n- your garden will thank you"
     mixed = score([BIOLOGY, COLONY, POLLINATION, you_list])
