@@ -53,6 +53,25 @@ def cpu_has_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
+def machine() -> str:
+    """This machine in a few words, for the times a report gives: a team's wall time against
+    single's depends on it (on 2 cores with native bf16, 4 requests decode side by side at 0.88×
+    one alone; without it vLLM serves float32 and 8 get 0.4× each: docs/EVALUATION.md)."""
+    if has_nvidia_gpu():
+        names = subprocess.run(
+            [shutil.which("nvidia-smi"), "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.split("\n")
+        return "GPU: " + (names[0].strip() or "NVIDIA")
+    try:
+        model = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError:
+        model = None
+    bf16 = "native bf16" if cpu_has_bf16() else "no native bf16 (vLLM serves float32)"
+    return f"{os.cpu_count()} CPU cores, {model.group(1).strip() if model else 'CPU'}, {bf16}"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))

@@ -340,6 +340,8 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
         {
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "command": command,
+            # where the episodes ran (a journal from before this was recorded has none)
+            "machines": sorted({r["machine"] for r in records if r.get("machine")}),
             "config": asdict(config),
             "kind": kind,
             "tasks": tasks,

