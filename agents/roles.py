@@ -7,7 +7,8 @@ the ask, the helper author wrote `aux` in 10 of 12 HumanEval problems instead of
 Placeholders in braces are filled per task:
 `{entry}` (the function to write), `{n}` (team size), `{helpers}` (the helper functions the
 team's helper authors write), `{document}` (what the team writes), `{sections}` (the team's
-sections in order, with "(you)" after this agent's), `{words}` (the section's target length).
+sections in order, with "(you)" after this agent's), `{words}` (the section's target length),
+`{each}` (" each" after it where a long-form writer has several sections).
 
 Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to `team_roles`
 (a role's name for its instructions, name + "/ask" for its ask), or put the same mapping in a
@@ -176,7 +177,7 @@ ASKS: dict[str, str] = {
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
     "document_writer": "Now write the whole article: {own}, about {words} words each.",
-    "section_writer": "Now write only {own}, about {words} words each, and nothing else.",
+    "section_writer": "Now write only {own}, about {words} words{each}, and nothing else.",
     "member": "Now write your part ({words} words).",
     "summary": "Now write only the one-sentence summary ({words} words).",
     "elaboration": (
@@ -437,6 +438,7 @@ def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> li
             "own": _and(own),
             "others": _and(others) or "nothing",
             "words": per_section,
+            "each": " each" if len(mine) > 1 else "",
             "style": fill(STYLE_SHEET, title=task.extra["title"]),
         }
         instructions = fill(prompts.get(name, PROMPTS[name]), **values)

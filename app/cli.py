@@ -345,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ModelError, ServerError, StoreError, PolicyError, ValueError) as e:
         print(f"coteam {args.command}: error: {e}", file=sys.stderr)
+        for note in getattr(e, "__notes__", ()):  # e.g. how to go on with a failed training run
+            print(note, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

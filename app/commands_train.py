@@ -51,7 +51,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agents.models import provision_model
     from app.commands_serve import start_with_shipped
     from learner.report import plot_training_curve
-    from learner.run import execute_run, resume_run, start_run, stopped_message
+    from learner.run import execute_run, resume_run, start_run
     from learner.train import read_checkpoint, steps_per_pass, training_tasks
     from store import adapter_name
     from store.paths import runs_dir
@@ -95,17 +95,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
             plot_training_curve(history, curve, f"training run {run_id}", pass_steps)
 
-        try:
-            metrics = execute_run(
-                run_id, train_args, client, base, args.db, resume_from=resume_from,
-                on_step=on_step, run_gate=not args.no_gate, force_promote=args.force_promote,
-            )  # fmt: skip
-        except Exception:  # say how to go on from what it trained, as the run's record does
-            print(
-                f"training run {run_id} {stopped_message(run_id, args.db, 'failed')}",
-                file=sys.stderr,
-            )
-            raise
+        metrics = execute_run(
+            run_id, train_args, client, base, args.db, resume_from=resume_from,
+            on_step=on_step, run_gate=not args.no_gate, force_promote=args.force_promote,
+        )  # fmt: skip
         bar.close()
     if "gate" in metrics:
         g = metrics["gate"]

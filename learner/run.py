@@ -129,14 +129,13 @@ def execute_run(
         raise
     except BaseException as e:  # the run ends failed, not 'running' (SIGKILL is the one gap)
         log.exception("training run %d failed", run_id)
+        # what was trained is kept: the run's record and the error say how to go on from it
+        hint = stopped_message(run_id, db_path, "failed")
         with store.open_db(db_path) as db:
-            # what was trained is kept: the error says how to go on from it
             store.fail_training_run(
-                db,
-                run_id,
-                f"{type(e).__name__}: {e}\n{stopped_message(run_id, db_path, 'failed')}\n"
-                f"{traceback.format_exc(limit=5)}",
+                db, run_id, f"{type(e).__name__}: {e}\n{hint}\n{traceback.format_exc(limit=5)}"
             )
+        e.add_note(f"training run {run_id} {hint}")
         raise
 
 

@@ -118,7 +118,8 @@ def longform_reward(
     bound = (round(0.6 * share), round(1.5 * share))
     vectors = sentence_vectors(sections)
     # the document as the reader gets it (agents.team.combine), from the same sentence vectors
-    edited = drop_repeats(sections, vectors)
+    marks = repeats(vectors)
+    edited = drop_repeats(sections, marks=marks)
     kept = [len(s.split()) for s in edited]
     r = {
         "nonempty": sum(n > 0 for n in words) / len(sections),
@@ -144,7 +145,7 @@ def longform_reward(
     )
     r["paraphrase"] = paraphrase(vectors)
     r["redundancy"] = max(redundancy(sections, vectors), r["paraphrase"])
-    edited_vectors = [v[~gone] for v, gone in zip(vectors, repeats(vectors), strict=True)]
+    edited_vectors = [v[~gone] for v, gone in zip(vectors, marks, strict=True)]
     r["document_redundancy"] = max(redundancy(edited, edited_vectors), paraphrase(edited_vectors))
     r["repeats_dropped"] = 1 - sum(map(len, edited_vectors)) / max(sum(map(len, vectors)), 1)
     r["structure"] = r["nonempty"] if compliance is None else compliance

@@ -1,5 +1,6 @@
 """The `coteam` command: help, doctor (both ways), and `serve` answering on 127.0.0.1."""
 
+import argparse
 import json
 import os
 import signal
@@ -73,6 +74,26 @@ def test_unknown_model_is_a_clear_error():
     result = coteam("setup", "--model", "no-such-model")
     assert result.returncode == 1
     assert "unknown model 'no-such-model'" in result.stderr
+
+
+def test_an_error_prints_its_notes_after_it(monkeypatch, capsys):
+    """A failed training run's error carries how to go on (learner.run.execute_run adds it)."""
+    from app import cli
+
+    def fails(args):
+        error = ValueError("the server refused")
+        error.add_note("training run 3 failed after step 2; `coteam train --resume 3` continues")
+        raise error
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: argparse.Namespace(
+        command="train", verbose=False, func=fails))  # fmt: skip
+    assert cli.main(["train"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "coteam train: error: the server refused",
+        "training run 3 failed after step 2; `coteam train --resume 3` continues",
+    ]
 
 
 @pytest.mark.integration

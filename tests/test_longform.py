@@ -108,6 +108,8 @@ def test_each_view_names_its_own_sections_and_briefs_the_others_headings_and_the
         others = [s["heading"] for k, s in enumerate(outline) if k not in role.sections]
         assert all(f'"## {h}"' in role.ask for h in mine)
         assert not any(f'"## {h}"' in role.ask for h in others)
+        # "each" only where there are several sections to have the words
+        assert ("words each," in role.ask) == (len(mine) > 1), role.ask
         assert all(f'"## {h}"' in role.instructions.split("You write only")[1] for h in others)
         # its own sections' briefs, and of a teammate's section the heading alone
         assert all(outline[k]["brief"] in role.instructions for k in role.sections)

@@ -148,12 +148,15 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
     ]:  # fmt: skip
         monkeypatch.setattr(run_module, "train", train_until(stop, steps_done))
         run_id = start_run(db_path, "cli", args)
-        with pytest.raises(type(stop)):
+        with pytest.raises(type(stop)) as raised:
             execute_run(run_id, args, None, "unused", db_path)
         with store.open_db(db_path) as db:
             run = store.get_training_run(db, run_id)
         if isinstance(stop, RuntimeError):  # a crash: the error first, then how to go on
             assert run["state"] == "failed" and run["error"].startswith(said.format(run_id))
+            # the error itself says it too, for `coteam train` to print
+            hint = said.format(run_id).split("\n")[1]
+            assert raised.value.__notes__ == [f"training run {run_id} {hint}"]
         else:
             assert run["state"] == "failed" and run["error"] == said.format(run_id)
         if steps_done:
