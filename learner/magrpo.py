@@ -314,7 +314,7 @@ class AgentPolicies:
             input_ids=torch.tensor([[t for ids in completions for t in ids]], device=self.device),
             attention_mask=mask[None, None].to(self.device),
             position_ids=(n_prompt + offset)[None].to(self.device),
-            past_key_values=head.past_key_values,
+            cache=head.cache,
             logits_to_keep=keep.to(self.device),
         ).logits[0]
         result, kept = [], 0
