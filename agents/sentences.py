@@ -38,17 +38,12 @@ def repeats(vectors: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [repeated[a:b] for a, b in itertools.pairwise(ends)]
 
 
-def drop_repeats(
-    parts: Sequence[str],
-    vectors: Sequence[np.ndarray] | None = None,
-    marks: Sequence[np.ndarray] | None = None,
-) -> list[str]:
+def drop_repeats(parts: Sequence[str], marks: Sequence[np.ndarray] | None = None) -> list[str]:
     """The parts with every sentence that `repeats` an earlier one of the document left out:
     the document says each thing once, where its first writer said it. A paragraph break after
-    a dropped sentence stays. `vectors`: the parts' `sentence_vectors`, `marks`: their
-    `repeats`, when already computed."""
+    a dropped sentence stays. `marks`: the parts' `repeats`, when already computed."""
     if marks is None:
-        marks = repeats(sentence_vectors(parts) if vectors is None else vectors)
+        marks = repeats(sentence_vectors(parts))
     out = []
     for part, repeated in zip(parts, marks, strict=True):
         piece = SENTENCE_END.split(part.strip()) if part.strip() else []

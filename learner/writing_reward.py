@@ -119,7 +119,7 @@ def longform_reward(
     vectors = sentence_vectors(sections)
     # the document as the reader gets it (agents.team.combine), from the same sentence vectors
     marks = repeats(vectors)
-    edited = drop_repeats(sections, marks=marks)
+    edited = drop_repeats(sections, marks)
     kept = [len(s.split()) for s in edited]
     r = {
         "nonempty": sum(n > 0 for n in words) / len(sections),
