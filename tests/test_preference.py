@@ -224,17 +224,27 @@ def test_skill_is_the_share_of_held_out_votes_the_model_predicts():
 
 
 def test_a_text_is_embedded_once_per_process(monkeypatch):
-    import learner.writing_reward as writing_reward
+    import agents.sentences as sentences
 
     first = sentence_embedding(["The bridge reopens in May.", "Two late goals won it."])
-    asked = []
-    embed = writing_reward.embed_texts
-    monkeypatch.setattr(
-        writing_reward, "embed_texts", lambda texts: asked.append(texts) or embed(texts)
-    )
+    model, asked = sentences.embedding_model(), []
+
+    class Recording:  # the model, with what it is asked to encode written down
+        def encode(self, texts, **kwargs):
+            asked.append(list(texts))
+            return model.encode(texts, **kwargs)
+
+    monkeypatch.setattr(sentences, "embedding_model", Recording)
     again = sentence_embedding(
         ["Two late goals won it.", "Rain closed the roads.", "Rain closed the roads."]
     )
     assert asked == [["Rain closed the roads."]]  # only the new text, once
     assert np.array_equal(again[0], first[1]) and np.array_equal(again[1], again[2])
     assert again.shape == (3, 384) and sentence_embedding([]).shape == (0, 0)
+    # the writing reward's sentences go through the same cache: the combiner's drop_repeats
+    # embeds a document's sentences, and scoring the document embeds none of them again
+    document = ["The hive is made of wax. Bees guard it.", "The queen lays eggs. Bees guard it."]
+    sentences.drop_repeats(document)
+    asked.clear()
+    sentences.sentence_vectors(document)
+    assert asked == []
