@@ -305,7 +305,11 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
     p.add_argument("--no-gate", action="store_true", help="leave the new versions as candidates")
     p.add_argument("--force-promote", action="store_true", help="promote even if the gate fails")
     p.add_argument(
-        "--resume", type=int, metavar="RUN", help="continue stopped run RUN from its last step"
+        "--resume",
+        type=int,
+        metavar="RUN",
+        help="continue stopped run RUN from its last step, with its config; --steps gives it "
+        "a new length (more steps: another epoch)",
     )
     p.set_defaults(func=cmd_train)
 

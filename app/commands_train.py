@@ -12,6 +12,28 @@ from pathlib import Path
 
 from app.commands_episode import episode_policy, quiet_request_logs
 
+# `coteam train`'s flags that set the run's config, and the TrainArgs (or MAGRPO) field each sets
+RUN_CONFIG = {
+    "task": "task",
+    "steps": "steps",
+    "agents": "agents",
+    "turns": "turns",
+    "task_limit": "task_limit",
+    "group_size": "group_size",
+    "tasks_per_step": "tasks_per_step",
+    "lr": "learning_rate",
+    "max_tokens": "max_new_tokens",
+    "std_scale": "scale_advantages_by_std",
+    "clip_eps": "clip_eps",
+    "kl_coef": "kl_coef",
+    "gamma": "gamma",
+    "joint_mode": "joint_mode",
+    "seed": "seed",
+    "gate_tasks": "tasks",
+    "gate_alpha": "alpha",
+    "gate_min_gain": "min_gain",
+}
+
 
 def _train_args(args: argparse.Namespace):
     """The run's config: TrainArgs' defaults, changed by the flags that were given; validated."""
@@ -20,29 +42,13 @@ def _train_args(args: argparse.Namespace):
     from learner.train import TrainArgs
     from learner.worker import with_overrides
 
+    given = {RUN_CONFIG[name]: getattr(args, name) for name in RUN_CONFIG}
+    gate = {k: given.pop(k) for k in ("tasks", "alpha", "min_gain")}
     base = TrainArgs()
-    gate = {"tasks": args.gate_tasks, "alpha": args.gate_alpha, "min_gain": args.gate_min_gain}
     base = replace(
         base, gate=replace(base.gate, **{k: v for k, v in gate.items() if v is not None})
     )
-    return with_overrides(
-        base,
-        task=args.task,
-        steps=args.steps,
-        agents=args.agents,
-        turns=args.turns,
-        task_limit=args.task_limit,
-        group_size=args.group_size,
-        tasks_per_step=args.tasks_per_step,
-        learning_rate=args.lr,
-        max_new_tokens=args.max_tokens,
-        scale_advantages_by_std=args.std_scale,
-        clip_eps=args.clip_eps,
-        kl_coef=args.kl_coef,
-        gamma=args.gamma,
-        joint_mode=args.joint_mode,
-        seed=args.seed,
-    )
+    return with_overrides(base, **given)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -61,7 +67,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         quiet_request_logs()
     resume_from = None
     if args.resume is not None:
-        run_id, train_args, resume_from = resume_run(args.db, args.resume)
+        kept = [name for name in RUN_CONFIG if name != "steps" and getattr(args, name) is not None]
+        if kept:
+            flags = ", ".join("--" + name.replace("_", "-") for name in kept)
+            raise ValueError(
+                f"a resumed run keeps the config it started with; only --steps can change: "
+                f"leave out {flags}"
+            )
+        run_id, train_args, resume_from = resume_run(args.db, args.resume, steps=args.steps)
     else:
         train_args = _train_args(args)
         run_id = start_run(args.db, "cli", train_args)

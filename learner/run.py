@@ -12,6 +12,7 @@ import logging
 import shutil
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import store
@@ -40,9 +41,11 @@ def start_run(db_path, trigger: str, args: TrainArgs) -> int:
         return store.start_training_run(db, trigger, config=args.to_json())
 
 
-def resume_run(db_path, stopped: int) -> tuple[int, TrainArgs, Path]:
+def resume_run(db_path, stopped: int, steps: int | None = None) -> tuple[int, TrainArgs, Path]:
     """A new run continuing stopped run `stopped` from its last completed step, with its
-    config; returns (new run id, config, checkpoint folder). The checkpoint moves to the new run."""
+    config; returns (new run id, config, checkpoint folder). The checkpoint moves to the new run.
+    `steps`: the run's new length, more steps (another epoch) or fewer (ending sooner), but more
+    than it has done; the rest of the config stays."""
     with store.open_db(db_path) as db:
         store.recover_interrupted(db)
         row = store.get_training_run(db, stopped)
@@ -52,6 +55,15 @@ def resume_run(db_path, stopped: int) -> tuple[int, TrainArgs, Path]:
     source = checkpoint_folder(stopped, db_path)
     state = read_checkpoint(source)
     done, candidates = state["step"], published_candidates(state)
+    if steps is not None and steps != args.steps:
+        if candidates or steps <= done:
+            raise ValueError(
+                f"training run {stopped} stopped after step {done} of {args.steps}"
+                + (" in the promotion gate" if candidates else "")
+                + f": it cannot be given {steps} steps"
+                + ("" if candidates else f" (more than {done}, or none to keep {args.steps})")
+            )
+        args = replace(args, steps=steps)
     with store.open_db(db_path) as db:  # stopped in the gate: it resumes with the gate
         decided = [
             adapter_name(agent, version)

@@ -96,6 +96,16 @@ def test_an_error_prints_its_notes_after_it(monkeypatch, capsys):
     ]
 
 
+def test_a_resumed_run_refuses_config_flags_but_steps(tmp_path):
+    """`--resume` keeps the run's config: a flag that would change it is an error, not ignored
+    (the run is not touched: nothing is started)."""
+    result = coteam("train", "--resume", "3", "--lr", "1e-5", "--seed", "2", "--steps", "9",
+                    "--db", str(tmp_path / "coteam.db"))  # fmt: skip
+    assert result.returncode == 1
+    assert "only --steps can change: leave out --lr, --seed" in result.stderr, result.stderr
+    assert not (tmp_path / "coteam.db").exists()
+
+
 @pytest.mark.integration
 def test_doctor_passes_with_the_real_server(vllm_server):
     result = coteam("doctor", "--vllm-url", vllm_server.url)

@@ -4,6 +4,7 @@ real ones run in test_learner.py against the server)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,9 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
     folder = checkpoint_folder(stopped, db_path)
     folder.mkdir(parents=True)
     (folder / "state.json").write_text('{"step": 1, "history": [], "task_order": []}')
-    run_id, resumed_args, moved = resume_run(db_path, stopped)
+    with pytest.raises(ValueError, match=r"stopped after step 1 of 3: it cannot be given 1 steps"):
+        resume_run(db_path, stopped, steps=1)  # no more than it has done
+    run_id, resumed_args, moved = resume_run(db_path, stopped, steps=3)  # its own length
     assert resumed_args == args and run_id != stopped
     assert moved == checkpoint_folder(run_id, db_path) and (moved / "state.json").is_file()
     assert not checkpoint_folder(stopped, db_path).parent.exists()  # nothing left behind
@@ -96,6 +99,8 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
     # stopped in the gate: all steps done, the candidates published; it resumes with the gate
     state = {"step": 3, "history": [], "task_order": [], "candidates": {"0": candidate}}
     (moved / "state.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="in the promotion gate: it cannot be given 5 steps"):
+        resume_run(db_path, run_id, steps=5)
     again, _, folder = resume_run(db_path, run_id)
     assert train_module.train(args, None, "unused", db_path, run_id=again, resume_from=folder) == {
         "history": [],
@@ -107,6 +112,28 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
         store.reject_adapter(db, 0, candidate)
     with pytest.raises(ValueError, match=r"decided already \(agent0-v1\)"):
         resume_run(db_path, again)  # a gate that decided before the kill is not run again
+
+
+def test_a_resumed_run_can_be_given_more_steps_or_fewer(home):
+    """`coteam train --resume RUN --steps N`: another epoch, or an end sooner; nothing else of
+    the config changes."""
+    from learner.run import resume_run, start_run
+    from learner.train import TrainArgs, checkpoint_folder
+
+    db_path = home / "coteam.db"
+    args = TrainArgs(steps=10, task_limit=4, agents=3)
+    for steps in (25, 4):
+        stopped = start_run(db_path, "cli", args)
+        with store.open_db(db_path) as db:
+            store.fail_training_run(db, stopped, "killed")
+        folder = checkpoint_folder(stopped, db_path)
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text('{"step": 3, "history": [], "task_order": []}')
+        run_id, resumed_args, _ = resume_run(db_path, stopped, steps=steps)
+        assert resumed_args == replace(args, steps=steps)
+        with store.open_db(db_path) as db:  # the new run records the config it runs with
+            assert TrainArgs.from_json(store.get_training_run(db, run_id)["config"]).steps == steps
+            store.fail_training_run(db, run_id, "killed")
 
 
 def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_on(
