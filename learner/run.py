@@ -61,7 +61,7 @@ def resume_run(db_path, stopped: int, steps: int | None = None) -> tuple[int, Tr
                 f"training run {stopped} stopped after step {done} of {args.steps}"
                 + (" in the promotion gate" if candidates else "")
                 + f": it cannot be given {steps} steps"
-                + ("" if candidates else f" (more than {done}, or none to keep {args.steps})")
+                + ("" if candidates else f" (more than {done}; {args.steps} keeps its length)")
             )
         args = replace(args, steps=steps)
     with store.open_db(db_path) as db:  # stopped in the gate: it resumes with the gate
