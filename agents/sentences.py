@@ -93,7 +93,7 @@ def embed_texts(texts: Sequence[str]) -> np.ndarray:
             if len(_embedded) + len(missing) > EMBEDDED_MAX:
                 _embedded.clear()
             # no progress bar: sentence-transformers draws one per call whenever logging is at
-            # INFO, as `coteam eval`'s is, which buried eval's bar under a "Batches" bar each
+            # INFO, as `coteam eval`'s is, which buried eval's bar under a "Batches" bar a call
             vectors = embedding_model().encode(
                 missing, normalize_embeddings=True, batch_size=64, show_progress_bar=False
             )
