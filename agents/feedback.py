@@ -80,7 +80,7 @@ def sandbox_check(code: str, task: Task) -> CodeCheck:
     check = parse_check(code, task)
     if not check.passed or not task.tests:
         return check
-    report = run_tests(code, task.tests, task.entry_point)
+    report = run_tests(code, task.tests, task.entry_point, given=task.preamble)
     failed = [r for r in report.results if not r.passed]
     messages = [report.error] if report.error else []
     messages += [f"{r.source.splitlines()[-1]} -> {r.message}" for r in failed]

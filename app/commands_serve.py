@@ -119,8 +119,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps({"entry_point": entry_point, **report.to_dict()}, ensure_ascii=False))
     else:
         for r in report.results:
-            where = "compared outside" if r.kind == "compared" else "checked inside the sandbox"
-            line = f"{'ok  ' if r.passed else 'FAIL'} [{where}] {r.source.splitlines()[-1]}"
+            line = f"{'ok  ' if r.passed else 'FAIL'} {r.source.splitlines()[-1]}"
             print(line + (f" -> {r.message}" if r.message else ""))
         if report.error:
             print(f"error: {report.error}")

@@ -92,6 +92,7 @@ def coding_score(task: Task, roles: list[Role], texts: list[str]) -> float:
         task.entry_point,
         program,
         tests=task.tests or "",
+        given=task.preamble,
     )
     return score["quality"] + score["coordination"]
 

@@ -23,12 +23,13 @@ def coding_reward(
     report: TestReport | None = None,
     tests: str | None = None,
     weights: RewardWeights = RewardWeights(),  # noqa: B008
+    given: str = "",
 ) -> dict[str, float]:
     """Score a team's code: `codes[i]` is agent i's code (out of its fences), `owners[i]` the
     functions its role writes, `program` the module the combiner built from them.
 
     `report` is the environment's test run on `program`; without one, `tests` (if given) are run
-    here. Components: the points `helper_defined`, `entry_defined`, `parses` (the module parses
+    here, with the task's `given` code (`Task.preamble`). Components: the points `helper_defined`, `entry_defined`, `parses` (the module parses
     and defines the entry function), `tests`; `structure`
     (definition and parse points over those possible, in [0, 1]); `quality` (all points over
     those possible); `cooperation` (share of the helper authors' functions that the entry author's
@@ -57,7 +58,7 @@ def coding_reward(
     # part back to the prefix that parses)
     r["parses"] = w.parses * bool(r["entry_defined"] and defines_with_return(program, entry_point))
     if r["parses"] and report is None and tests:
-        report = run_tests(program, tests, entry_point)
+        report = run_tests(program, tests, entry_point, given=given)
     passed = report.fraction if r["parses"] and report is not None else 0.0
     r["tests"] = w.tests * passed
     r["asserts_passed"] = float(report.passed) if report else 0.0

@@ -162,7 +162,7 @@ def score_episode(
     report = result.test_report
     if task.kind == "coding":
         if report is None and task.tests and parses(result.output):
-            report = run_tests(result.output, task.tests, task.entry_point)
+            report = run_tests(result.output, task.tests, task.entry_point, given=task.preamble)
         components = coding_reward(
             [extract_code(text) for text in texts],
             [role.owns for role in roles],

@@ -12,7 +12,7 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 
 cfg = json.loads(sys.argv[1])
@@ -56,6 +56,20 @@ try:
             for name in os.listdir(folder):
                 with open(os.path.join(folder, name), "rb") as f:
                     files[name] = f.read()
+            for path in cfg["hidden"]:  # the app's checkout, home, environment and task data
+                if os.path.isdir(path) and not folder.startswith(path + "/"):
+                    check(
+                        libc.mount(
+                            b"tmpfs",
+                            path.encode(),
+                            b"tmpfs",
+                            MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                            b"size=4k,mode=0555",
+                        ),
+                        "hide " + path,
+                    )
+            if cfg["hidden"]:
+                layers.append("hidden: the app's checkout, home, environment and task data")
             for path in cfg["world_writable"]:
                 if os.path.isdir(path):
                     mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
@@ -74,6 +88,8 @@ try:
                 child = os.fork()
                 if child:  # this launcher waits outside the namespace and ends as its child did
                     os.close(status_fd)
+                    for fd in cfg["pass_fds"]:  # only the program holds them: its end is EOF
+                        os.close(fd)
                     null = os.open(os.devnull, os.O_RDWR)
                     for fd in (0, 1, 2):
                         os.dup2(null, fd)
@@ -112,6 +128,13 @@ try:
         for flag in cfg["seccomp"]["clone_flags"]:
             rules.add_rule(sc.ERRNO(1), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
         rules.add_rule(sc.ERRNO(38), "clone3")
+        for call in ("socket", "socketpair"):
+            for first, last in cfg["seccomp"]["socket_families"]:
+                if last is None:  # one comparison per argument and rule: GE, or each number
+                    rules.add_rule(sc.ERRNO(97), call, sc.Arg(0, sc.GE, first))
+                    continue
+                for family in range(first, last + 1):
+                    rules.add_rule(sc.ERRNO(97), call, sc.Arg(0, sc.EQ, family))
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)

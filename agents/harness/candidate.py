@@ -1,0 +1,99 @@
+"""The program under test, served: loads the program, then answers the judge's calls.
+
+Runs in the sandbox as `main.py` after codec.py's text (agents/testrun.py joins them). Reads
+`job.json` (the program, the two pipe fds, seconds per call and for loading), loads the program
+and writes on the answers pipe, one JSON line each:
+
+- `{"ready": [names]}`: the program loaded; the names of its top-level callables;
+  or `{"load_error": [type, message]}`;
+- for each request `{"seq", "name", "args", "kwargs"}` read from the requests pipe:
+  `{"seq": n, "value": ENCODED}` or `{"seq": n, "raised": [type, message]}`.
+
+Nothing here is trusted: the program can rewrite any of it or write its own lines. What it
+answers is only its answer to a call; the judge holds the tests, checks the values with its own
+code and decides every result (agents/harness/judge.py).
+"""
+
+# encode, decode, NotPlain and MAX_MESSAGE_CHARS are codec.py's: agents/testrun.py runs this
+# file's text after codec.py's
+# ruff: noqa: F821
+
+import io
+import json
+import os
+import signal
+import sys
+
+MAX_MESSAGE = 300  # characters of an exception's message sent back
+
+
+class Timeout(BaseException):
+    """Raised by the per-call alarm (a BaseException so `except Exception` cannot swallow it)."""
+
+
+def on_alarm(signum, frame):
+    raise Timeout()
+
+
+def describe(e):
+    return [type(e).__name__[:60], str(e)[:MAX_MESSAGE]]
+
+
+def serve():
+    with open("job.json", encoding="utf-8") as f:
+        job = json.load(f)
+    os.remove("job.json")
+    answers = os.fdopen(job["answers_fd"], "w", encoding="utf-8")
+    requests = os.fdopen(job["requests_fd"], "rb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # what the program prints goes nowhere
+    sys.stdout = io.StringIO()
+
+    def send(record):
+        try:
+            line = json.dumps(record)
+        except (TypeError, ValueError) as e:
+            line = json.dumps({"seq": record.get("seq"), "raised": describe(e)})
+        answers.write(line + "\n")
+        answers.flush()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    ns = {"__name__": "candidate"}
+    signal.setitimer(signal.ITIMER_REAL, job["load_seconds"])
+    try:
+        exec(compile(job["program"], "program.py", "exec"), ns)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except Timeout:
+        seconds = job["load_seconds"]
+        send({"load_error": ["Timeout", f"loading the program took more than {seconds:g}s"]})
+        return
+    except BaseException as e:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        send({"load_error": describe(e)})
+        return
+    send({"ready": sorted(k for k, v in ns.items() if type(k) is str and callable(v))})
+    per_call = job["per_call"]
+    for line in requests:
+        try:
+            request = json.loads(line)
+            seq = request["seq"]
+            args = [decode(a) for a in request["args"]]
+            kwargs = {k: decode(v) for k, v in request["kwargs"]}
+            function = ns[request["name"]]
+        except BaseException as e:  # the judge's requests are well-formed; be safe anyway
+            send({"seq": None, "raised": describe(e)})
+            continue
+        try:
+            signal.setitimer(signal.ITIMER_REAL, per_call)
+            value = function(*args, **kwargs)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            send({"seq": seq, "value": encode(value)})
+        except Timeout:
+            send({"seq": seq, "raised": ["Timeout", f"the call took more than {per_call:g}s"]})
+        except BaseException as e:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            send({"seq": seq, "raised": describe(e)})
+        sys.stdout = io.StringIO()
+
+
+serve()
