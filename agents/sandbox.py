@@ -130,7 +130,13 @@ def isolation_level() -> tuple[str, str]:
     """("full" or "weak", the layers a run gets on this host, in words) for `coteam doctor`."""
     if os.geteuid() != 0:
         opted_in = os.environ.get(WEAK_SANDBOX_ENV) == "1"
-        return "weak", WEAK_SANDBOX_WARNING + ("" if opted_in else "; generated code is refused")
+        return "weak", WEAK_SANDBOX_WARNING + (
+            "; tests judged in a separate process they reach by a pipe, neither process "
+            "readable through /proc or ptrace; no process cap, a setsid() daemon can outlive "
+            "the run, writes outside the folder are stopped only by the audit hook"
+            if opted_in
+            else "; generated code is refused"
+        )
     cgroups = RunCgroups.create(Limits())
     if cgroups:
         cgroups.remove()
@@ -139,6 +145,8 @@ def isolation_level() -> tuple[str, str]:
         "network, IPC, mount and PID namespaces",
         "cgroup memory and process limits" if cgroups else "no cgroup (per-process rlimits only)",
         "syscall filter" if _seccomp_config() else "no syscall filter (pyseccomp missing)",
+        "the app's files and task data hidden",
+        "tests judged in a separate process",
     ]
     return "full", ", ".join(layers)
 

