@@ -40,10 +40,12 @@ ones that were active for a run):
 
 The throw-away uid cannot enter /root, where the app's interpreter may live; the program then runs
 on the system's /usr/bin/python3 (probed once: `SandboxResult.interpreter` says which).
-Run as an ordinary user, the sandbox refuses unless WEAK_SANDBOX_ENV is "1"; then it has no uid,
-mount, pid or cgroup layer and sets no RLIMIT_NPROC (it would
-count the app's own processes): the audit hook is then what stops forks, and a process that leaves
-the group with setsid() can outlive the run. Not covered by any layer: reading world-readable files.
+Run as an ordinary user, the sandbox refuses unless WEAK_SANDBOX_ENV is "1"; then the program
+runs as that user inside its own user namespace with the mount, network, IPC and PID layers above,
+every other file system remounted read-only, and RLIMIT_NPROC counted in that namespace (Linux
+5.14+); no throw-away uid and no cgroup. Where user namespaces are not allowed it refuses, saying
+so. Not covered by any layer: reading world-readable files (as that user, outside the app's own
+hidden folders, whatever that user can read).
 """
 
 from __future__ import annotations
@@ -98,9 +100,9 @@ REFUSED_SOCKET_FAMILIES = ((0, 0), (3, 9), (11, None))  # (first, last); None: a
 # run as that user. It is refused unless this variable is "1" (`--allow-weak-sandbox`).
 WEAK_SANDBOX_ENV = "COTEAM_ALLOW_WEAK_SANDBOX"
 WEAK_SANDBOX_WARNING = (
-    "the sandbox is weak here: not running as root, so generated code runs as your own user "
-    "(only rlimits, the audit hook and, where the kernel allows, network and IPC namespaces and "
-    "the syscall filter) and could read or change your files"
+    "the sandbox is weak here: not running as root, so generated code runs as your own user in a "
+    "user namespace (no network, its own processes and a read-only view of your files but its "
+    "folder) and could read whatever you can read outside CoTeam's own folders"
 )
 
 
@@ -131,9 +133,8 @@ def isolation_level() -> tuple[str, str]:
     if os.geteuid() != 0:
         opted_in = os.environ.get(WEAK_SANDBOX_ENV) == "1"
         return "weak", WEAK_SANDBOX_WARNING + (
-            "; tests judged in a separate process they reach by a pipe, neither process "
-            "readable through /proc or ptrace; no process cap, a setsid() daemon can outlive "
-            "the run, writes outside the folder are stopped only by the audit hook"
+            "; tests judged in a separate process they reach by a pipe; a process cap; "
+            "nothing outlives the run; refused where user namespaces are not allowed"
             if opted_in
             else "; generated code is refused"
         )
@@ -187,7 +188,11 @@ def run_untrusted(
                 f"generated code was not run: {WEAK_SANDBOX_WARNING}. Run CoTeam as root (e.g. "
                 "in its container) or accept the risk with --allow-weak-sandbox"
             )
-        interpreter = _sandbox_interpreter() if os.geteuid() == 0 else sys.executable
+        # as an ordinary user, the interpreter itself (not the virtual environment's link,
+        # whose folder is hidden)
+        interpreter = (
+            _sandbox_interpreter() if os.geteuid() == 0 else os.path.realpath(sys.executable)
+        )
         return _run(code, limits, interpreter, files or {}, stdin, fds, stop)
     finally:
         _close_all(fds)
@@ -236,7 +241,7 @@ def _run(
             "world_writable": list(WORLD_WRITABLE),
             "hidden": hidden_paths(interpreter),
             "pass_fds": list(pass_fds),
-            "rlimits": rlimits_for(limits, uid is not None),
+            "rlimits": rlimits_for(limits),
             "python": interpreter,
             "argv": [
                 interpreter,

@@ -25,7 +25,7 @@ class Limits:
     wall_seconds: float = 10.0
     cpu_seconds: int = 10
     memory_mb: int = 512  # address space; Python raises MemoryError past it
-    processes: int = 32  # counted per throw-away uid (root only)
+    processes: int = 32  # counted per throw-away uid, or per user namespace as an ordinary user
     output_bytes: int = 1_000_000  # stdout and stderr together
     file_size_mb: int = 16  # largest file it may write
     disk_mb: int = 64  # size of its private working folder (root only)
@@ -105,7 +105,10 @@ def _write(folder: str, name: str, value: str) -> None:
         f.write(value)
 
 
-def rlimits_for(limits: Limits, per_uid: bool) -> dict[str, tuple[int, int]]:
+def rlimits_for(limits: Limits) -> dict[str, tuple[int, int]]:
+    """The run's rlimits. RLIMIT_NPROC counts the processes of one uid in one user namespace
+    (Linux 5.14 and later): the throw-away uid's as root, the run's own user namespace's as an
+    ordinary user."""
     mb = 1024 * 1024
     rlimits = {
         "RLIMIT_CPU": (limits.cpu_seconds, limits.cpu_seconds + 1),
@@ -113,9 +116,8 @@ def rlimits_for(limits: Limits, per_uid: bool) -> dict[str, tuple[int, int]]:
         "RLIMIT_FSIZE": (limits.file_size_mb * mb, limits.file_size_mb * mb),
         "RLIMIT_NOFILE": (limits.open_files, limits.open_files),
         "RLIMIT_CORE": (0, 0),
+        "RLIMIT_NPROC": (limits.processes, limits.processes),
     }
-    if per_uid:  # as the app's own user it would count all of the app's processes
-        rlimits["RLIMIT_NPROC"] = (limits.processes, limits.processes)
     return rlimits
 
 

@@ -546,6 +546,58 @@ def test_as_an_ordinary_user_generated_code_is_refused_unless_opted_in(monkeypat
 
 
 @needs_root
+def test_the_weak_sandbox_as_an_ordinary_user_contains_a_hostile_program():
+    """As uid 65534 with the system's python3 (the app copied where that user can read it): no
+    process survives, nothing is written outside the folder, a fork bomb stops at the cap, and
+    a program that hunts for its tests' expected values scores nothing."""
+    import json
+    import sys
+
+    import pyseccomp
+
+    python = Path("/usr/bin/python3")
+    same = python.exists() and subprocess.run(
+        [str(python), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True
+    ).stdout.decode().strip() == str(tuple(sys.version_info[:2]))
+    if not (same and shutil.which("setpriv")):
+        pytest.skip("needs setpriv and a system python3 of the app's version")
+    root = Path(tempfile.mkdtemp(prefix="coteam-weak-"))
+    canary = Path(tempfile.mkdtemp(prefix="coteam-weak-canary-", dir="/run"))
+    try:
+        checkout = Path(__file__).resolve().parents[1]
+        shutil.copytree(checkout / "agents", root / "app" / "agents")
+        shutil.copy(checkout / "tests" / "weak_probe.py", root / "weak_probe.py")
+        for module in (psutil, pyseccomp):
+            source = Path(module.__file__)
+            source = source.parent if source.name == "__init__.py" else source
+            copy = shutil.copytree if source.is_dir() else shutil.copy
+            copy(source, root / "deps" / source.name)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        os.chown(canary, 65534, 65534)
+        probe = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(python)]
+            + [str(root / "weak_probe.py"), str(root / "app"), str(root / "deps"), str(canary)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=root,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(root), "LANG": "C.UTF-8"},
+        )
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        found = json.loads(probe.stdout.splitlines()[-1])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(canary, ignore_errors=True)
+    assert found["stdout"][:2] == ["refused written 30", "wrote written-here"], found
+    forks = int(found["stdout"][2].split()[1])
+    assert forks < Limits().processes, found  # the daemon, the launcher and pid 1 count too
+    assert found["survivors"] == [] and found["canary"] == [], found
+    assert (found["honest"], found["hunter"]) == (2, 0), found
+    assert any(layer.startswith("read-only:") for layer in found["layers"])
+
+
+@needs_root
 def test_doctor_reports_full_isolation_as_root():
     from app.doctor import check_sandbox
 

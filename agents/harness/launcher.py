@@ -12,7 +12,9 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE = 1024, 2048, 4096, 16384, 1 << 18
+MS_RELATIME, ST_RELATIME = 1 << 21, 4096
 PR_SET_NO_NEW_PRIVS = 38
 
 cfg = json.loads(sys.argv[1])
@@ -44,6 +46,89 @@ try:
             f"cgroup: the whole run within {cfg['memory_mb']} MiB of memory (memfd and "
             f"tmpfs included) and {cfg['processes']} processes"
         )
+
+    def private_mounts(owner, group):
+        """In a new mount namespace: the app's files hidden, small tmpfs over the world-writable
+        folders, and the run's folder a private tmpfs owned by `owner` with its files."""
+        files = {}
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name), "rb") as f:
+                files[name] = f.read()
+        for path in cfg["hidden"]:  # the app's checkout, home, environment and task data
+            if os.path.isdir(path) and not folder.startswith(path + "/"):
+                flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
+                check(
+                    libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0555"),
+                    "hide " + path,
+                )
+        if cfg["hidden"]:
+            layers.append("hidden: the app's checkout, home, environment and task data")
+        for path in cfg["world_writable"]:
+            if os.path.isdir(path):
+                mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
+        os.makedirs(folder, exist_ok=True)
+        mount_tmpfs(folder, f"size={cfg['disk_mb']}m,mode=0700,uid={owner},gid={group}")
+        for name, data in files.items():
+            path = os.path.join(folder, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chown(path, owner, group)
+        layers.append(
+            f"mounts: private {cfg['disk_mb']} MiB tmpfs folder; 4 MiB tmpfs over "
+            "/tmp, /var/tmp, /dev/shm, /run/lock"
+        )
+
+    def read_only_elsewhere():
+        """Every other mount read-only (the weak sandbox runs as the app's user, who may write
+        there). The flags the kernel locks in a user namespace are kept as they are."""
+        ours = {folder, *cfg["world_writable"], *cfg["hidden"]}
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            points = [line.split()[4] for line in f]
+        for point in dict.fromkeys(points):
+            point = point.encode().decode("unicode_escape")  # \040 for a space, ...
+            if point in ours or point.startswith(("/proc", "/sys", "/dev")):
+                continue  # /proc is the run's own; /sys and /dev need root to write
+            try:
+                have = os.statvfs(point).f_flag
+            except OSError:
+                continue  # a mount this user cannot reach cannot be written either
+            kept = have & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)
+            kept |= MS_RELATIME if have & ST_RELATIME else 0
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY | kept
+            check(libc.mount(None, point.encode(), None, flags, None), "read-only " + point)
+        layers.append("read-only: every file system but its folder and the tmpfs folders")
+
+    def own_pid_namespace():
+        """pid 1 of a new PID namespace with its own /proc; this launcher waits outside and
+        ends as its child did. When pid 1 ends, the kernel ends every process it left."""
+        check(libc.unshare(CLONE_NEWPID), "unshare PID")
+        child = os.fork()
+        if child:
+            os.close(status_fd)
+            for fd in cfg["pass_fds"]:  # only the program holds them: its end is EOF
+                os.close(fd)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            status = os.waitpid(child, 0)[1]
+            if os.WIFSIGNALED(status):
+                import signal
+
+                signum = os.WTERMSIG(status)
+                if signum not in (signal.SIGKILL, signal.SIGSTOP):
+                    signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        check(
+            libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+            "mount /proc",
+        )
+        layers.append(
+            "pid: own PID namespace and /proc (host processes are invisible; "
+            "all of it ends with the program)"
+        )
+
     if uid is not None:
         check(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare network and IPC")
         layers.append("network: empty network namespace")
@@ -52,69 +137,28 @@ try:
             libc.unshare(CLONE_NEWNS) == 0
             and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
         ):
-            files = {}
-            for name in os.listdir(folder):
-                with open(os.path.join(folder, name), "rb") as f:
-                    files[name] = f.read()
-            for path in cfg["hidden"]:  # the app's checkout, home, environment and task data
-                if os.path.isdir(path) and not folder.startswith(path + "/"):
-                    check(
-                        libc.mount(
-                            b"tmpfs",
-                            path.encode(),
-                            b"tmpfs",
-                            MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                            b"size=4k,mode=0555",
-                        ),
-                        "hide " + path,
-                    )
-            if cfg["hidden"]:
-                layers.append("hidden: the app's checkout, home, environment and task data")
-            for path in cfg["world_writable"]:
-                if os.path.isdir(path):
-                    mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
-            os.makedirs(folder, exist_ok=True)
-            mount_tmpfs(folder, f"size={cfg['disk_mb']}m,mode=0700,uid={uid},gid={uid}")
-            for name, data in files.items():
-                path = os.path.join(folder, name)
-                with open(path, "wb") as f:
-                    f.write(data)
-                os.chown(path, uid, uid)
-            layers.append(
-                f"mounts: private {cfg['disk_mb']} MiB tmpfs folder; 4 MiB tmpfs over "
-                "/tmp, /var/tmp, /dev/shm, /run/lock"
-            )
-            if libc.unshare(CLONE_NEWPID) == 0:
-                child = os.fork()
-                if child:  # this launcher waits outside the namespace and ends as its child did
-                    os.close(status_fd)
-                    for fd in cfg["pass_fds"]:  # only the program holds them: its end is EOF
-                        os.close(fd)
-                    null = os.open(os.devnull, os.O_RDWR)
-                    for fd in (0, 1, 2):
-                        os.dup2(null, fd)
-                    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-                    status = os.waitpid(child, 0)[1]
-                    if os.WIFSIGNALED(status):
-                        import signal
-
-                        signum = os.WTERMSIG(status)
-                        if signum not in (signal.SIGKILL, signal.SIGSTOP):
-                            signal.signal(signum, signal.SIG_DFL)
-                        os.kill(os.getpid(), signum)
-                    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-                # pid 1 of a new namespace: when it ends, the kernel ends every process it left
-                check(
-                    libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
-                    "mount /proc",
-                )
-                layers.append(
-                    "pid: own PID namespace and /proc (host processes are invisible; "
-                    "all of it ends with the program)"
-                )
-    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
+            private_mounts(uid, uid)
+            own_pid_namespace()
+    else:  # as the app's own user: the same layers in a user namespace, or no run at all
+        owner, group = os.getuid(), os.getgid()
+        check(
+            libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC),
+            "unshare user, mount, network and IPC namespaces (user namespaces are needed to "
+            "run generated code as an ordinary user)",
+        )
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{owner} {owner} 1"),
+            ("gid_map", f"{group} {group} 1"),
+        ):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
         layers.append("network: empty network namespace (user namespace)")
         layers.append("ipc: private System V IPC namespace (user namespace)")
+        check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
+        private_mounts(owner, group)
+        read_only_elsewhere()
+        own_pid_namespace()
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     for name, value in cfg["rlimits"].items():
         soft, hard = value
