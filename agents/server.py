@@ -152,6 +152,9 @@ class VLLMServer:
             "--host", c.host, "--port", str(self.port),
             "--max-model-len", str(c.max_model_len),
             "--enable-lora", "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras),
+            # the sampling log-probabilities the learner gets back (PPO clipping's old policy) are
+            # those of the distribution sampled: after temperature and top-p, as the update's
+            "--logprobs-mode", "processed_logprobs",
         ]  # fmt: skip
         if not self.gpu:
             cmd.append("--enforce-eager")  # CUDA graphs do not exist on CPU

@@ -22,7 +22,8 @@ The curated writing sets and where they come from are described in assets/tasks/
 Their first 30 items are held out, the next 32 are the gate's validation set, the rest train.
 
 `split_tasks(task_set, split)` is the one place the splits are made: training, the promotion
-gate and the evaluation all take their tasks from it, named in one vocabulary (`TaskSet`).
+gate and the evaluation all take their tasks from it, named in one vocabulary (`TaskSet`);
+`evaluation_split` tells a stored task of the validation or held-out split by its source.
 A `Task` is a plain value; `save_task` puts it in the store (a curated task is stored once).
 """
 
@@ -159,6 +160,26 @@ def humaneval_task(problem: int | str) -> Task:
         reference=row["canonical_solution"],
         extra={"split": humaneval_split_of(int(text))},
     )
+
+
+@functools.cache
+def _evaluation_tasks() -> dict[tuple[str, str | None], str]:
+    """(source, source_id) of every curated task of the validation and held-out splits."""
+    return {
+        (task.source, task.source_id): split
+        for task_set in get_args(TaskSet)
+        for split in ("validation", "held_out")
+        for task in split_tasks(task_set, split)
+    }
+
+
+def evaluation_split(source: str, source_id: str | None) -> str | None:
+    """ "validation" or "held_out" for a stored task of those splits of a curated set, else None.
+    Such tasks judge the team (the gate, `coteam eval`): their episodes and ratings never reach an
+    update or the preference model, and the rating queue does not offer them."""
+    if source_id is None:
+        return None
+    return _evaluation_tasks().get((source, source_id))
 
 
 def humaneval_split_of(index: int) -> str:

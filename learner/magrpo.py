@@ -7,6 +7,12 @@ joint reward R^g. Then, for every agent i, with the *same* joint advantages:
     A^g   = R^g − mean_g(R)                      (÷ std_g(R) when `scale_advantages_by_std`)
     loss_i = −(1/G) Σ_g A^g · Σ_t log π_i(a_t^g | o_i^g, a_<t^g)
 
+where π_i is the distribution the rollouts were sampled from: the model's logits divided by the
+sampling temperature, as TRL's GRPO does (`token_logprobs`). The top-p mask is not applied, as in
+TRL and the authors' library: a sampled token is always inside the nucleus, and renormalizing
+over it (mass ≥ top_p = 0.95) would move a token's log-probability by at most −log 0.95 = 0.05
+nats, at the cost of sorting the whole vocabulary at every position.
+
 and one optimizer step on agent i's LoRA. Training sees every agent's samples and the joint
 reward (centralized); each agent still acts on its own observation (decentralized execution).
 
@@ -266,12 +272,15 @@ class AgentPolicies:
         result = []
         for row, s in enumerate(samples):
             n = len(s.completion_ids)
-            step_logits = logits[row, longest - n :].float()
             targets = torch.tensor(s.completion_ids, device=self.device)
-            result.append(
-                torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu()
-            )
+            result.append(self.token_logprobs(logits[row, longest - n :], targets))
         return result
+
+    def token_logprobs(self, step_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log π(target_t) from the logits that predict each target, at the sampling temperature
+        (the distribution the rollouts were drawn from), in float32, on the CPU."""
+        scaled = step_logits.float() / self.config.temperature
+        return torch.log_softmax(scaled, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu()
 
     def group_logprobs(
         self, agent: int, prompt_ids: list[int], completions: list[list[int]], reference=False
@@ -324,12 +333,7 @@ class AgentPolicies:
             step_logits = torch.cat([head.logits[0, -1:], tail[kept : kept + n_tail]])
             kept += n_tail
             targets = torch.tensor(ids, device=self.device, dtype=torch.long)
-            result.append(
-                torch.log_softmax(step_logits[: len(ids)].float(), dim=-1)
-                .gather(1, targets[:, None])
-                .squeeze(1)
-                .cpu()
-            )
+            result.append(self.token_logprobs(step_logits[: len(ids)], targets))
         return result
 
     def update(

@@ -47,6 +47,7 @@ from scipy.special import expit, log_expit
 from sqlite_utils import Database
 
 from agents.sentences import embed_texts
+from agents.tasks import evaluation_split
 from learner.reward_config import RewardWeights
 from learner.rewards import rating_to_unit
 from store.db import rows
@@ -114,14 +115,16 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
 
     `task_kind` ('coding' or 'writing', matching `tasks.kind`) keeps one kind of task; comments
     carry no verdict and are left out, and so are ratings past the rating limits (they are
-    kept but do not count, see `store.ratings`). An agent's own rating is about its last
-    completion."""
+    kept but do not count, see `store.ratings`), and so are ratings of a curated task of the
+    validation or held-out split (`agents.tasks.evaluation_split`: kept for evaluation, never
+    learnt). An agent's own rating is about its last completion."""
     where = "AND t.kind = :kind" if task_kind else ""
     ratings = rows(
         db,
         f"""
         SELECT r.id, r.kind, r.value, r.text, r.choice, r.agent, r.episode_id,
-            e.task_id, e.final_output AS output, o.final_output AS other_output,
+            e.task_id, t.source, t.source_id, e.final_output AS output,
+            o.final_output AS other_output,
             (SELECT tu.completion FROM turns tu WHERE tu.episode_id = e.id AND tu.agent = r.agent
              ORDER BY tu.turn DESC LIMIT 1) AS agent_output
         FROM ratings r
@@ -138,7 +141,7 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
     by_text: dict[int, list[float]] = defaultdict(list)
     for r in ratings:
         own = r["agent_output"] if r["agent"] is not None else r["output"]
-        if not own:
+        if not own or evaluation_split(r["source"], r["source_id"]):
             continue
         x = examples.text_index(own)
         if r["kind"] == "pairwise":

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from sqlite_utils import Database
 
+from agents.tasks import evaluation_split
 from learner.preference import (
     L2,
     PreferenceModel,
@@ -94,7 +95,8 @@ def pairs_to_rate(
 ) -> list[RatingPair]:
     """Up to `limit` pairs, one per task, newest tasks first: tasks with two or more finished
     answers that `rater` (None: ratings without a rater) has not yet compared in an A/B vote,
-    optionally only `task_ids` or tasks of `kind` ("coding", "writing"). The pair of a task is
+    optionally only `task_ids` or tasks of `kind` ("coding", "writing"), never a validation or
+    held-out task of a curated set (`agents.tasks.evaluation_split`). The pair of a task is
     `pick_pair`'s, with the preference model fitted on every stored rating of the task's kind
     (one fit per kind and call)."""
     if limit < 1 or candidates < 2:
@@ -103,7 +105,8 @@ def pairs_to_rate(
     tasks = rows(
         db,
         f"""
-        SELECT e.task_id, t.kind FROM episodes e JOIN tasks t ON t.id = e.task_id
+        SELECT e.task_id, t.kind, t.source, t.source_id
+        FROM episodes e JOIN tasks t ON t.id = e.task_id
         WHERE {finished} AND (:kind IS NULL OR t.kind = :kind)
           AND e.task_id NOT IN (
             SELECT v.task_id FROM ratings r JOIN episodes v ON v.id = r.episode_id
@@ -114,9 +117,12 @@ def pairs_to_rate(
     )
     wanted = set(task_ids) if task_ids is not None else None
     pairs, models = [], {}
-    for task_id, task_kind in ((t["task_id"], t["kind"]) for t in tasks):
+    for task in tasks:
+        task_id, task_kind = task["task_id"], task["kind"]
         if wanted is not None and task_id not in wanted:
             continue
+        if evaluation_split(task["source"], task["source_id"]):
+            continue  # a validation or held-out problem: its votes would never be learnt
         found = rows(
             db,
             f"SELECT e.id, e.final_output FROM episodes e WHERE e.task_id = :task AND {finished} "

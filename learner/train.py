@@ -247,9 +247,10 @@ def train(
                     db_path=db_path,
                 )
                 groups = list(pool.map(rollout, step_tasks))
-            skipped = 0
+            skipped = signalled = generated = 0
             for results, group, returns in groups:
                 rewards.extend(group.tolist())
+                generated += sum(s["completion_tokens"] for r in results for s in r.steps)
                 taken = [r.turns for r in results]
                 turns_taken.extend(taken)
                 # per agent: the same returns (aligned) or each agent's own (cross pairing)
@@ -262,6 +263,7 @@ def train(
                     if not any(map(has_signal, advantages)):  # all equal: nothing to learn
                         skipped += 1
                         continue
+                    signalled += 1
                     for agent, agent_advantages in enumerate(advantages):
                         if not has_signal(agent_advantages):
                             continue
@@ -289,6 +291,12 @@ def train(
                 "samples": len(rewards),
                 **ratings,
                 "groups_without_signal": skipped,  # per task, and per turn with several
+                "groups_with_signal": signalled,
+                "tokens_generated": generated,  # every call of every joint sample
+                # completion tokens the update trained on, all agents together
+                "tokens_trained": sum(
+                    len(s.completion_ids) for calls, _ in per_agent.values() for s in calls
+                ),
                 # the calls in the update, of the agent with the most (crossed, each its own)
                 "calls_trained": max(len(calls) for calls, _ in per_agent.values()),
                 "calls_by_agent": [len(calls) for calls, _ in per_agent.values()],

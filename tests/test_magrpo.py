@@ -199,6 +199,39 @@ def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves
 
 
 @pytest.mark.integration
+def test_the_update_scores_tokens_under_the_sampling_temperature(model_path):
+    """Real model: the log-probs the loss uses, per sample and per shared-prompt group, are
+    log_softmax(logits / T) of the sampled tokens, computed here directly from the model's
+    logits; at T = 0.8 they differ from T = 1's."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    config = MAGRPOConfig(temperature=0.8, target_modules=("q_proj", "v_proj"))
+    policies = AgentPolicies(str(model_path), n_agents=1, config=config)
+    prompt = tokenizer.encode("Write a function that adds two numbers.\n")
+    completions = [tokenizer.encode(w) for w in ("def add(a, b):\n    return a + b", "Sure.")]
+    with torch.no_grad():
+        for p in policies.parameters(0):
+            p.normal_(0, 0.02)
+        policies.model.set_adapter(policies.adapter_name(0))
+        direct = []
+        for ids in completions:
+            logits = policies.model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+            step = logits[len(prompt) - 1 : -1]  # the logits that predict each completion token
+            for temperature in (0.8, 1.0):
+                direct.append(
+                    torch.log_softmax(step / temperature, -1)[torch.arange(len(ids)), ids]
+                )
+        alone = [policies.completion_logprobs(0, [Sample(prompt, ids)])[0] for ids in completions]
+        shared = policies.group_logprobs(0, prompt, completions)
+    for i in range(len(completions)):
+        at_temperature, at_one = direct[2 * i], direct[2 * i + 1]
+        assert torch.allclose(alone[i], at_temperature, atol=1e-4)
+        assert torch.allclose(shared[i], at_temperature, atol=1e-4)
+        assert not torch.allclose(alone[i], at_one, atol=1e-2)
+
+
+@pytest.mark.integration
 def test_a_reply_a_stop_rule_emptied_counts_in_the_mean_and_moves_nothing(model_path):
     """Real model: a sample whose reply a stop rule cut to nothing (an empty section) has no
     tokens to train; the update leaves it out of the passes but keeps it in the 1/G of the loss,

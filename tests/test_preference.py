@@ -248,3 +248,23 @@ def test_a_text_is_embedded_once_per_process(monkeypatch):
     asked.clear()
     sentences.sentence_vectors(document)
     assert asked == []
+
+
+def test_ratings_of_validation_and_held_out_problems_are_kept_but_never_learnt(db):
+    """A curated task of the gate's or the evaluation's split judges the team: its ratings stay
+    in the store, but neither the preference model nor the rating queue uses them."""
+    from learner.rating_queue import pairs_to_rate
+
+    ids = {}
+    for name, source_id in (("train", "HumanEval/100"), ("validation", "HumanEval/140")):
+        ids[name] = store.create_task(db, "coding", name, source="humaneval", source_id=source_id)
+    ids["held_out"] = store.create_task(
+        db, "coding", "held", source="humaneval", source_id="HumanEval/0"
+    )
+    rated = {}
+    for name, task in ids.items():
+        a, b = finished(db, task, f"def f(): return 1  # {name}"), finished(db, task, "pass")
+        rated[name] = store.add_rating(db, a, "pairwise", choice="left", other_episode_id=b)
+    assert preference_examples(db).rating_ids == {rated["train"]}
+    assert db["ratings"].count == 3  # all kept
+    assert [p.task_id for p in pairs_to_rate(db, "ann", limit=5)] == [ids["train"]]
