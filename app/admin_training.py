@@ -15,6 +15,7 @@ from agents.tasks import TaskSet
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
 from learner.magrpo import JOINT_MODES
+from learner.promotion import describe_gate
 from learner.registry import serving_adapters
 from learner.train import TrainArgs
 from learner.worker import Schedule, with_overrides
@@ -49,9 +50,7 @@ def learner_status(ctx: AppContext) -> tuple[str, str]:
         if run["state"] != "running" and run["metrics"].get("gate"):
             gate = run["metrics"]["gate"]
             verdict = "promoted" if run["metrics"].get("promoted") else "not promoted"
-            lines.append(
-                f"**Gate:** candidate {gate['candidate_score']:.3f} vs serving {gate['active_score']:.3f} on {gate['tasks']} validation task(s): {verdict}"
-            )
+            lines.append(f"**Gate:** {describe_gate(gate)}: {verdict}")
     names = [n for n in serving if n]
     lines.append(f"**Serving:** {', '.join(names) if names else 'the base model for every agent'}")
     lines.append(

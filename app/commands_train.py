@@ -56,6 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from agents.models import provision_model
     from app.commands_serve import start_with_shipped
+    from learner.promotion import describe_gate
     from learner.report import plot_training_curve
     from learner.run import execute_run, resume_run, start_run
     from learner.train import read_checkpoint, steps_per_pass, training_tasks
@@ -116,8 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if "gate" in metrics:
         g = metrics["gate"]
         print(
-            f"promotion gate on {g['tasks']} validation tasks: candidate {g['candidate_score']:.3f}"
-            f" vs serving {g['active_score']:.3f} (pass-rate drop p = {g['pass_drop_p']:.3f}): "
+            f"promotion gate: {describe_gate(g)} (pass-rate drop p = {g['pass_drop_p']:.3f}): "
             + ("promoted" if metrics["promoted"] else "rejected")
         )
     candidates = metrics.get("candidates") or {}

@@ -325,3 +325,15 @@ def _entropy(data: _Data) -> float:
 def load_preference_model(db: Database, task_kind: str | None = None) -> PreferenceModel | None:
     """Fit the preference model on every rating of `task_kind` in the store (None: no ratings)."""
     return fit_preference_model(preference_examples(db, task_kind))
+
+
+def run_preference_model(db_path, task_set: str, weights: RewardWeights) -> PreferenceModel | None:
+    """The preference model a training run and its promotion gate blend into the reward, for a
+    task set ("coding", or a writing set): fitted on every rating of that kind of task in the
+    store at `db_path`; None when ratings have no weight (`weights.human` 0) or there are none."""
+    if weights.human <= 0:
+        return None
+    import store
+
+    with store.open_db(db_path) as db:
+        return load_preference_model(db, "coding" if task_set == "coding" else "writing")

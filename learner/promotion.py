@@ -7,8 +7,16 @@ the tasks the evaluation calls held out, never trained on), concurrently; each t
 candidate passes when its joint reward is higher — the mean paired difference is above `min_gain`
 (0 by default) and a one-sided Wilcoxon signed-rank test on the differences gives p < `reward_alpha` (a tie, or
 the timing noise of a candidate that changed nothing, fails) — and, on coding tasks, its pass
-rate is not significantly lower: an exact one-sided sign test (McNemar's) on the tasks where
-exactly one team passed, p >= `alpha`. Promotion then goes through the registry's hot-swap (learner/registry.py).
+rate is not lower by more than `pass_margin` and not significantly lower: an exact one-sided
+sign test (McNemar's) on the tasks where exactly one team passed, p >= `alpha`. Promotion then
+goes through the registry's hot-swap (learner/registry.py).
+
+The joint reward is the one the run trained on: the automatic reward plus, when ratings count,
+what people prefer (the preference model refit on every stored rating of the kind, at the weight
+its skill earns, `learner.rewards.add_preference`: each task's two answers are a group, and the
+preference moves an answer only against one the environment scored alike). So a retrain that
+learnt a rated taste and kept the tests is promoted; the automatic reward alone is kept beside it
+(`candidate_auto`, `active_auto`) and shown.
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from agents.feedback import checker_for
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, run_episode
+from learner.preference import PreferenceModel, run_preference_model
 from learner.registry import adapter_name, ensure_loaded, load_version, promote
 from learner.reward_config import RewardWeights, SpeedBudget
-from learner.rewards import score_episode
+from learner.rewards import Scored, add_preference, score_episode
 
 
 @dataclass
@@ -42,12 +51,17 @@ class GateSettings:
     min_gain: float = 0.0
     reward_alpha: float = 0.1  # the reward gain must have one-sided p below this
     alpha: float = 0.05  # a pass-rate drop with one-sided p below this rejects the candidate
+    # non-inferiority on tests: the candidate's pass rate may be at most this much below the
+    # serving team's (3 of 32 validation problems), however its reward compares
+    pass_margin: float = 0.1
     max_tokens: int = 256
     concurrency: int = 4  # episodes in flight at once (both teams together)
 
     def check(self) -> None:
         if self.tasks < 1:
             raise ValueError(f"gate.tasks must be at least 1, not {self.tasks}")
+        if not 0 <= self.pass_margin < 1:
+            raise ValueError(f"gate.pass_margin must be in [0, 1), not {self.pass_margin}")
         for name in ("alpha", "reward_alpha"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"gate.{name} must be between 0 and 1, not {getattr(self, name)}")
@@ -59,11 +73,14 @@ class GateSettings:
 class GateResult:
     """The paired outcome on the validation tasks and the decision it implies."""
 
-    candidate_rewards: list[float]
+    candidate_rewards: list[float]  # the joint reward the run trained on, preference included
     active_rewards: list[float]
     candidate_passed: list[bool | None]  # None: a writing task, no tests
     active_passed: list[bool | None]
     settings: GateSettings = field(default_factory=GateSettings)
+    candidate_auto: list[float] | None = None  # the automatic reward alone (None: the same)
+    active_auto: list[float] | None = None
+    preference_weight: float = 0.0  # the preference's weight in the rewards above
 
     @property
     def tasks(self) -> int:
@@ -107,26 +124,68 @@ class GateResult:
         return float(stats.binomtest(worse, len(pairs), 0.5, alternative="greater").pvalue)
 
     @property
+    def pass_rates(self) -> tuple[float | None, float | None]:
+        """(candidate, serving) share of the tested tasks passed; None without tests."""
+        tested = [c for c in self.candidate_passed if c is not None]
+        serving = [a for a in self.active_passed if a is not None]
+        return (_mean(tested) if tested else None, _mean(serving) if serving else None)
+
+    @property
+    def within_pass_margin(self) -> bool:
+        candidate, serving = self.pass_rates
+        if candidate is None or serving is None:
+            return True
+        return candidate >= serving - self.settings.pass_margin - 1e-9
+
+    @property
     def passed(self) -> bool:
         s = self.settings
         significant = s.min_gain < 0 or self.reward_gain_p < s.reward_alpha
-        return self.reward_gain > s.min_gain and significant and self.pass_drop_p >= s.alpha
+        return (
+            self.reward_gain > s.min_gain
+            and significant
+            and self.pass_drop_p >= s.alpha
+            and self.within_pass_margin
+        )
 
     def to_json(self) -> dict:
-        tested = [c for c in self.candidate_passed if c is not None]
-        serving = [a for a in self.active_passed if a is not None]
+        candidate_rate, serving_rate = self.pass_rates
+        candidate_auto = self.candidate_auto or self.candidate_rewards
+        active_auto = self.active_auto or self.active_rewards
         return {
             "tasks": self.tasks,
             "candidate_score": self.candidate_score,
             "active_score": self.active_score,
             "reward_gain": self.reward_gain,
-            "candidate_pass_rate": _mean(tested) if tested else None,
-            "active_pass_rate": _mean(serving) if serving else None,
+            "candidate_auto_score": _mean(candidate_auto),
+            "active_auto_score": _mean(active_auto),
+            "preference_weight": self.preference_weight,
+            "candidate_pass_rate": candidate_rate,
+            "active_pass_rate": serving_rate,
             "reward_gain_p": self.reward_gain_p,
             "pass_drop_p": self.pass_drop_p,
             "settings": asdict(self.settings),
             "passed": self.passed,
         }
+
+
+def describe_gate(gate: dict) -> str:
+    """A gate decision's figures in words: the reward the run trained on (preference included)
+    and, when ratings counted, the automatic reward alone and the pass rates beside it."""
+    text = (
+        f"candidate {gate['candidate_score']:.3f} vs serving {gate['active_score']:.3f} "
+        f"on {gate['tasks']} validation task(s)"
+    )
+    if gate.get("preference_weight"):
+        text += (
+            f" (ratings at weight {gate['preference_weight']:.2f}; automatic reward alone "
+            f"{gate['candidate_auto_score']:.3f} vs {gate['active_auto_score']:.3f})"
+        )
+    if gate.get("candidate_pass_rate") is not None:
+        text += (
+            f"; tests passed {gate['candidate_pass_rate']:.0%} vs {gate['active_pass_rate']:.0%}"
+        )
+    return text
 
 
 def _mean(values) -> float:
@@ -149,13 +208,15 @@ def paired_scores(
     budget: SpeedBudget,
     on_progress: Callable[[int, int], None] | None = None,
     turns: int = 1,
+    preference: PreferenceModel | None = None,
 ) -> GateResult:
     """Run both teams greedily on every task (episodes of up to `turns` turns, as the run
     trained), `settings.concurrency` episodes at a time, and score each episode with the run's
-    own weights; `on_progress(done, total)` after each."""
+    own weights and, given `preference`, what people prefer at its weight (see the module's
+    docstring); `on_progress(done, total)` after each."""
     total, done, lock = 2 * len(tasks), 0, threading.Lock()
 
-    def one(job: tuple[int, int]) -> tuple[float, bool | None]:
+    def one(job: tuple[int, int]) -> tuple[Scored, str, bool | None]:
         nonlocal done
         team, index = job
         task = tasks[index]
@@ -170,23 +231,36 @@ def paired_scores(
             db=db_path,
             checker=checker_for(task.kind),
         )
-        reward = score_episode(result, weights, budget, db=db_path).reward
+        scored = score_episode(result, weights, budget, db=db_path)
         with lock:
             done += 1
             if on_progress:
                 on_progress(done, total)
-        return reward, (bool(result.success) if task.kind == "coding" else None)
+        return (
+            scored,
+            result.output or "",
+            (bool(result.success) if task.kind == "coding" else None),
+        )
 
     jobs = [(team, index) for index in range(len(tasks)) for team in (0, 1)]
     with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
         outcomes = dict(zip(jobs, pool.map(one, jobs), strict=True))
-    per_team = [[outcomes[(team, i)] for i in range(len(tasks))] for team in (0, 1)]
+    weight = preference.blend_weight(weights) if preference is not None else 0.0
+    auto = [[outcomes[(team, i)][0].reward for i in range(len(tasks))] for team in (0, 1)]
+    for i in range(len(tasks)):
+        pair = [outcomes[(team, i)] for team in (0, 1)]
+        if weight > 0:  # the task's two answers, as a group of the run's would be blended
+            liked = preference.group_preference([output for _, output, _ in pair])
+            add_preference([scored for scored, _, _ in pair], liked, weight)
     return GateResult(
-        candidate_rewards=[r for r, _ in per_team[0]],
-        active_rewards=[r for r, _ in per_team[1]],
-        candidate_passed=[p for _, p in per_team[0]],
-        active_passed=[p for _, p in per_team[1]],
+        candidate_rewards=[outcomes[(0, i)][0].reward for i in range(len(tasks))],
+        active_rewards=[outcomes[(1, i)][0].reward for i in range(len(tasks))],
+        candidate_passed=[outcomes[(0, i)][2] for i in range(len(tasks))],
+        active_passed=[outcomes[(1, i)][2] for i in range(len(tasks))],
         settings=settings,
+        candidate_auto=auto[0],
+        active_auto=auto[1],
+        preference_weight=weight,
     )
 
 
@@ -203,9 +277,11 @@ def gate(
     turns: int = 1,
 ) -> GateResult:
     """Score the candidate versions against the serving team on the validation split, in
-    episodes of up to `turns` turns."""
+    episodes of up to `turns` turns, with the reward the run trained on (ratings included)."""
     settings = settings or GateSettings()
     settings.check()
+    weights = weights or RewardWeights()
+    preference = run_preference_model(db_path, task_set, weights)
     with store.open_db(db_path) as db:
         active = ensure_loaded(db, client, agents)
         rows = {agent: store.get_adapter(db, agent, v) for agent, v in candidates.items()}
@@ -220,10 +296,11 @@ def gate(
         validation_tasks(task_set, settings.tasks),
         db_path,
         settings,
-        weights or RewardWeights(),
+        weights,
         budget or SpeedBudget(),
         on_progress,
         turns,
+        preference,
     )
 
 

@@ -220,17 +220,22 @@ def score_group(
     and `human_term` (what it added). Given `db`, records them all."""
     scores = [score_episode(r, weights, budget) for r in results]
     if liked is not None:
-        auto = [s.reward for s in scores]
-        outcomes = [s.components.get("verdict", s.components.get("tests")) for s in scores]
-        for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weights.human),
-                           strict=True):  # fmt: skip
-            s.components.update(auto_reward=s.reward, human_rating=float(h),
-                                human_term=r - s.reward)  # fmt: skip
-            s.reward = r
+        add_preference(scores, liked, weights.human)
     if db is not None:
         for r, s in zip(results, scores, strict=True):
             _record(db, r.episode_id, s)
     return scores
+
+
+def add_preference(scores: list[Scored], liked: Sequence[float], weight: float) -> None:
+    """Blend what people prefer into scored episodes of one task (`blend_human`, each one's
+    outcome the environment's: the tests' share of points, or the verdict), in place; the
+    components keep `auto_reward`, `human_rating` (h) and `human_term` (what it added)."""
+    auto = [s.reward for s in scores]
+    outcomes = [s.components.get("verdict", s.components.get("tests")) for s in scores]
+    for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weight), strict=True):
+        s.components.update(auto_reward=s.reward, human_rating=float(h), human_term=r - s.reward)
+        s.reward = r
 
 
 def _record(db: Database | str | Path, episode_id: int, scored: Scored) -> None:

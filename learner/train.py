@@ -53,7 +53,7 @@ from learner.magrpo import (
     has_signal,
     turn_groups,
 )
-from learner.preference import PreferenceModel, load_preference_model
+from learner.preference import PreferenceModel, run_preference_model
 from learner.promotion import GateSettings
 from learner.registry import adapter_name, ensure_loaded, publish_candidate
 from learner.reward_config import RewardWeights, SpeedBudget
@@ -453,13 +453,10 @@ def published_candidates(state: dict) -> dict[int, int]:
 def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:
     """The people's preferences, refit on every stored rating of this kind of task (nothing is
     consumed: the next run learns from the same ratings and the new ones)."""
-    if args.weights.human <= 0:
-        return None
-    kind = "coding" if args.task == "coding" else "writing"
-    with store.open_db(db_path) as db:
-        model = load_preference_model(db, kind)
+    model = run_preference_model(db_path, args.task, args.weights)
     if model is None:
-        log.info("preference model: no ratings")
+        if args.weights.human > 0:
+            log.info("preference model: no ratings")
     else:
         log.info(
             "preference model: %d rating(s), skill %.2f, weight %.2f",

@@ -99,3 +99,53 @@ def test_a_no_op_candidate_is_rejected_through_the_paired_run(tmp_path, monkeypa
     }
     assert outcome.reward_gain == pytest.approx(0.0, abs=0.02)  # speed differs a little
     assert not outcome.passed
+
+
+def test_a_candidate_that_loses_tests_beyond_the_margin_is_rejected_whatever_its_reward():
+    """Two of four problems lost: too few for the sign test (p = 0.25), but 50 points below the
+    serving team's pass rate, past the non-inferiority margin (10 points)."""
+    losing = result([0.9, 0.91, 0.92, 0.93], [0.5] * 4, [False, False, True, True], [True] * 4)
+    assert losing.pass_drop_p == pytest.approx(0.25) and not losing.within_pass_margin
+    assert not losing.passed
+    assert result([0.9, 0.91, 0.92, 0.93], [0.5] * 4, [True] * 4, [True] * 4).passed
+
+
+def test_the_gate_judges_the_reward_the_run_trained_on_so_a_rated_taste_is_promoted(
+    tmp_path, monkeypatch
+):
+    """Raters preferred answers in the second person. A candidate that learnt it, and is
+    otherwise the serving team (the same facts, the same verdict), wins on the blended reward
+    the run trained on and is promoted; on the automatic reward alone it would not be."""
+    from learner.preference import PreferenceExamples, fit_preference_model
+
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path))
+    examples = PreferenceExamples()
+    facts = ["the bridge reopens in May", "rain stopped the match", "the council met", "a shop"]
+    for k in range(16):
+        fact = f"{facts[k % 4]} ({k})"
+        examples.add_vote(f"You will see that {fact}.", f"It is reported that {fact}.", "left")
+    preference = fit_preference_model(examples)
+    weights = RewardWeights()
+    assert preference.blend_weight(weights) > 0.5 * weights.human
+
+    def answer(request):
+        start = "You will see that" if request.adapter.endswith("-v2") else "It is reported that"
+        return f"{start} the council approved the new plan for the town centre on Tuesday."
+
+    tasks = split_tasks("summary", "validation")[:5]
+    teams = (["agent0-v2", "agent1-v2"], ["agent0-v1", "agent1-v1"])
+    settings = GateSettings(tasks=5, concurrency=2)
+    outcome = paired_scores(
+        ScriptedPolicy(answer), teams, tasks, tmp_path / "coteam.db", settings, weights,
+        SpeedBudget(), preference=preference,
+    )  # fmt: skip
+    assert outcome.passed, outcome.to_json()
+    report = outcome.to_json()
+    assert report["preference_weight"] == pytest.approx(preference.blend_weight(weights))
+    auto_gain = report["candidate_auto_score"] - report["active_auto_score"]
+    assert report["reward_gain"] > auto_gain + 0.1  # the preference, on top of the same verdicts
+    automatic_only = paired_scores(
+        ScriptedPolicy(answer), teams, tasks, tmp_path / "coteam.db", settings, weights,
+        SpeedBudget(),
+    )  # fmt: skip
+    assert not automatic_only.passed and automatic_only.preference_weight == 0
