@@ -63,11 +63,15 @@ class EpisodeResult:
         agents = []
         for i, (role, adapter) in enumerate(zip(self.roles, self.adapters, strict=True)):
             own = [s for s in self.steps if s["agent"] == i]
+            last = own[-1]["messages"][-1]
             agents.append(
                 {
                     "agent": i,
                     "role": role.name,
                     "adapter": adapter,
+                    # what the environment began the reply with; `text` starts with it, and the
+                    # rest is what the agent's model wrote
+                    "opening": last["content"] if last["role"] == "assistant" else "",
                     "text": own[-1]["text"],
                     "prompt_tokens": sum(s["prompt_tokens"] for s in own),
                     "completion_tokens": sum(s["completion_tokens"] for s in own),
@@ -88,6 +92,11 @@ class EpisodeResult:
             "agents": agents,
             "output": self.output,
             "success": self.success,
+            "tests": (
+                {"passed": self.test_report.passed, "total": self.test_report.total}
+                if self.test_report is not None
+                else None
+            ),
             "turns": self.turns,
             "wall_time_s": round(self.wall_time_s, 3),
         }

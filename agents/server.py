@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from agents.models import provision_model
-from agents.policy import PolicyClient
+from agents.policy import API_KEY_ENV, PolicyClient
 from store.paths import logs_dir, venv_python
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,23 @@ class VLLMServer:
 
 
 @contextlib.contextmanager
+def check_key(client: PolicyClient) -> None:
+    """A server at --vllm-url that refuses the client's API key says how to pass one, rather than
+    failing at the first request."""
+    try:
+        response = httpx.get(f"{client.base_url}/v1/models", headers=client.headers, timeout=10)
+    except httpx.HTTPError as e:
+        raise ServerError(f"the vLLM server at {client.base_url} did not answer: {e}") from e
+    if response.status_code in (401, 403):
+        raise ServerError(
+            f"the vLLM server at {client.base_url} refused the API key (HTTP "
+            f"{response.status_code}): set {API_KEY_ENV} to the key the server was started with "
+            "(its VLLM_API_KEY). `coteam serve` starts its own server with a fresh key that no "
+            "other process can learn: for a shared server, start vLLM yourself with "
+            f"VLLM_API_KEY=... and give every CoTeam command the same key in {API_KEY_ENV}"
+        )
+
+
 def connect_or_start(
     url: str | None,
     config: ServerConfig,
@@ -309,6 +326,7 @@ def connect_or_start(
         client = PolicyClient(url, base_model=config.served_name)
         if not client.healthy():
             raise ServerError(f"no healthy vLLM server at {url} (GET /health failed)")
+        check_key(client)
         yield client
         return
     model = provision_model(config.model, log=progress)

@@ -174,6 +174,11 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         "--base", action="store_true", help="every agent not named by --adapter runs the base model"
     )
     p.add_argument("--roles-file", help="JSON file of role prompt overrides {role: prompt}")
+    p.add_argument(
+        "--allow-weak-sandbox",
+        action="store_true",
+        help="as an ordinary user, run a coding task's tests with the weak sandbox (a warning)",
+    )
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
     p.add_argument("--model", default=default_model, help=MODEL_HELP)
     p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
@@ -189,8 +194,9 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         "--split",
         default="heldout",
         choices=["heldout", "train", "all"],
-        help="HumanEval 0-31 held out, 32-163 train; writing: items 0-29 held out, longform: "
-        "every fourth (default heldout)",
+        help="HumanEval 0-31 held out, 32-131 train (132-163 are the gate's validation "
+        "problems); writing: items 0-29 held out, 30-61 validation, the rest train; longform: "
+        "every fourth held out (default heldout)",
     )
     p.add_argument(
         "--writing-set",

@@ -101,16 +101,20 @@ def cmd_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from agents.feedback import checker_for
     from agents.models import ModelError
     from agents.policy import PolicyError
     from agents.roles import load_prompts
+    from agents.server import ServerError
     from agents.tasks import find_task
     from agents.team import GREEDY, Sampling, run_episode
+    from app.commands_serve import allow_weak_sandbox
     from learner.registry import RegistryError
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
     if not args.verbose:  # a log line per HTTP request would drown the streamed text
         logging.getLogger().setLevel(logging.WARNING)
+    allow_weak_sandbox(args)
     try:
         prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
         tests = Path(args.tests_file).read_text() if args.tests_file else None
@@ -146,8 +150,9 @@ def cmd_episode(args: argparse.Namespace) -> int:
                 prompts=prompts,
                 db=args.db,
                 on_event=None if args.json else EpisodePrinter(),
+                checker=checker_for(task.kind),  # a coding task's tests run, as on the page
             )
-    except (OSError, ValueError, PolicyError, ModelError, RegistryError) as e:
+    except (OSError, ValueError, PolicyError, ModelError, RegistryError, ServerError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
     if args.json:
@@ -155,9 +160,11 @@ def cmd_episode(args: argparse.Namespace) -> int:
     else:
         tokens = sum(s["completion_tokens"] for s in result.steps)
         print(f"\n=== result (episode {result.episode_id})\n{result.output}")
+        report = result.test_report
+        tested = f"tests {report.passed} of {report.total} passed, " if report else ""
         print(
             f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
-            f"{result.wall_time_s:.1f} s, {tokens} tokens written"
+            f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written"
         )
     return 0
 

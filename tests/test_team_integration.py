@@ -111,7 +111,18 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     assert agent["role"] == "solo"
     assert agent["adapter"] == ("agent0-v1" if trained_on_this else None)
     assert agent["text"] and agent["completion_tokens"] > 0 and agent["latency_s"] > 0
+    assert agent["text"].startswith(agent["opening"])  # what the environment began it with
     assert 1 <= summary["turns"] <= 2 and summary["wall_time_s"] > 0
+    # the problem's tests ran in the sandbox, as on the page: success means they all passed
+    assert summary["tests"]["total"] == 3
+    assert summary["success"] == (summary["tests"]["passed"] == 3)
+    wrong_key = subprocess.run(
+        [*command, "--base", "--max-tokens", "8"],
+        capture_output=True, text=True, timeout=600,
+        env=env | {"COTEAM_VLLM_API_KEY": "not-the-key"},
+    )  # fmt: skip
+    assert wrong_key.returncode == 1 and "Traceback" not in wrong_key.stderr
+    assert "refused the API key (HTTP 401): set COTEAM_VLLM_API_KEY" in wrong_key.stderr
     with store.open_db(db_path) as db:
         episode = store.get_episode(db, summary["episode_id"])
     assert episode["final_output"] == summary["output"]
