@@ -447,9 +447,10 @@ SUMMARY = "A bridge in the town centre has been closed after cracks were found i
 FACT = "Engineers found cracks in two supports during a routine check."  # 10 words
 
 
-def summary_team(said: str, elaboration: str):
+def summary_team(said: str, elaboration: str, db_path):
     """A summary team's episode on the first XSum article: the one-sentence summary (+ `said`)
-    and the key facts `elaboration`, written by a scripted policy."""
+    and the key facts `elaboration`, written by a scripted policy, kept in the test's own
+    database (never the user's)."""
     from agents.tasks import xsum_tasks
     from agents.team import run_episode
     from tests.scripted import ScriptedPolicy
@@ -459,16 +460,20 @@ def summary_team(said: str, elaboration: str):
             return SUMMARY + said + "."
         return elaboration
 
-    return run_episode(xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2)
+    return run_episode(
+        xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2, db=db_path
+    )
 
 
-def test_the_writing_reward_pays_for_the_verdict_as_the_code_reward_pays_for_tests():
+def test_the_writing_reward_pays_for_the_verdict_as_the_code_reward_pays_for_tests(tmp_path):
     """Key facts ten words past their bound (170 of 40-160) fail the environment's verdict,
     what `coteam eval` counts as a pass; without the verdict in quality that summary scored
     within a few hundredths of the same one inside its bounds (the length score falls only
     linearly past the bound), so a retrain was hardly paid for passing. With it, the passing
     summary is clearly above."""
-    inside, past = summary_team("", " ".join([FACT] * 16)), summary_team("", " ".join([FACT] * 17))
+    db = tmp_path / "coteam.db"
+    inside = summary_team("", " ".join([FACT] * 16), db)
+    past = summary_team("", " ".join([FACT] * 17), db)
     assert (inside.success, past.success) == (True, False)
     scored = [score_episode(r) for r in (inside, past)]
     assert [s.components["verdict"] for s in scored] == [1.0, 0.0]
