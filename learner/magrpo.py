@@ -349,6 +349,11 @@ class AgentPolicies:
         every advantage is zero there is no signal: no zero_grad, backward or optimizer step
         happens (returns `{"updated": False}`), so the LoRA and Adam's state stay exactly as they
         were.
+
+        Data parallel (under `torchrun --nproc_per_node N`, torch.distributed initialized): every
+        rank is given the same samples, passes every N-th batch, and the gradients are summed
+        over the ranks before the step, so each rank takes the step one process would have
+        (tests/test_magrpo.py, to 1e-5).
         """
         c = self.config
         count = len(samples)
@@ -360,7 +365,10 @@ class AgentPolicies:
         optimizer = self.optimizers[agent]
         optimizer.zero_grad()
         total = 0.0
-        for indices in _batches(samples, c.micro_batch):
+        rank, world = _data_parallel()
+        # under torch.distributed every rank holds the same samples and passes its share of the
+        # batches; the gradients are summed over the ranks before the one step all of them take
+        for indices in _batches(samples, c.micro_batch)[rank::world]:
             chunk = [samples[i] for i in indices]
             chunk_adv = advantages[indices]
             if len({tuple(s.prompt_ids) for s in chunk}) == 1 and len(chunk) > 1:
@@ -380,6 +388,8 @@ class AgentPolicies:
             loss = loss * len(chunk) / count
             loss.backward()
             total += loss.item()
+        if world > 1:
+            total = _sum_over_ranks(self.parameters(agent), total)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(agent), c.max_grad_norm)
         optimizer.step()
         return {"loss": total, "grad_norm": grad_norm.item(), "updated": True}
@@ -420,6 +430,30 @@ def prompt_groups(samples: list[Sample]) -> list[list[int]]:
     for i, s in enumerate(samples):
         by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
     return list(by_prompt.values())
+
+
+def _data_parallel() -> tuple[int, int]:
+    """(rank, world size) of a data-parallel update (`torchrun`, torch.distributed initialized
+    with gloo on CPUs or NCCL on GPUs); (0, 1) otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _sum_over_ranks(parameters: list[torch.nn.Parameter], loss: float) -> float:
+    """Sum each parameter's gradient and the loss over the ranks (each rank's loss is already
+    its share of the whole batch's mean), so every rank steps as one process would have."""
+    import torch.distributed as dist
+
+    for p in parameters:
+        if p.grad is None:  # a rank with no batch of this agent's
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+    summed = torch.tensor([loss], dtype=torch.float64, device=parameters[0].device)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    return float(summed.item())
 
 
 def _batches(samples: list[Sample], micro_batch: int) -> list[list[int]]:

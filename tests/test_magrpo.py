@@ -353,3 +353,43 @@ def test_a_call_whose_reply_was_cut_to_nothing_is_a_sample_with_no_tokens():
     assert sample.prompt_ids == [1, 2] and sample.completion_ids == []
     with pytest.raises(RuntimeError, match="no token ids"):
         agent_samples([result(None)], agent=0, turn=0)
+
+
+def test_a_data_parallel_step_on_two_processes_equals_one_process_step(tmp_path):
+    """`torchrun --nproc_per_node 2` (gloo, CPU): each rank passes half of the batches and the
+    gradients are summed over the ranks; the LoRA after the step is one process's to 1e-5.
+    A small Qwen2 of random weights stands in for the model: the property is arithmetic."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    )  # fmt: skip
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "model")
+    checkout = Path(__file__).resolve().parents[1]
+    steps = {}
+    for processes in (1, 2):
+        out = tmp_path / f"step-{processes}.pt"
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             f"--nproc_per_node={processes}", str(checkout / "tests" / "ddp_update.py"),
+             str(tmp_path / "model"), str(out)],
+            capture_output=True, text=True, timeout=300, cwd=checkout,
+            env=dict(os.environ, PYTHONPATH=str(checkout), OMP_NUM_THREADS="1"),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        steps[processes] = torch.load(out)
+    one, two = steps[1], steps[2]
+    assert (one["world"], two["world"]) == (1, 2)
+    assert one["loss"] == pytest.approx(two["loss"], abs=1e-6)
+    assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-5)
+    assert len(one["weights"]) == 2 * 2 * 2  # A and B of q_proj and v_proj in 2 layers
+    for before, a, b in zip(one["before"], one["weights"], two["weights"], strict=True):
+        assert (a - before).abs().max() > 1e-4  # the step moved every weight matrix
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
