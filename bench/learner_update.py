@@ -24,9 +24,13 @@ Rollouts (vLLM) are not part of it: see `coteam train`'s step_s.
 (random LoRA weights, a 300-token prompt, completions of 160, 72, 31 and 100 tokens), in fp32
 and in bf16.
 
+`--processes N` times instead the update as training runs it (`AgentPolicies.update`) under
+`torchrun` with 1 and N processes (data parallel: each rank a share of the batches, gradients
+summed by torch.distributed) and prints the ratio.
+
 Usage: python bench/learner_update.py [--model PRESET|FOLDER] [--tasks 2] [--group-size 4]
                                       [--max-tokens 192] [--lengths 1.0,0.45,0.3,0.2]
-                                      [--repeats 2] [--check]
+                                      [--repeats 2] [--check | --processes N]
 """
 
 from __future__ import annotations
@@ -153,28 +157,24 @@ def main() -> None:
         action="store_true",
         help="instead of timing: each form's largest log-prob difference from per-sample",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        help="instead: time `AgentPolicies.update` under torchrun with 1 and this many "
+        "processes (data parallel; gloo on CPU, NCCL on GPUs) and print the ratio",
+    )
+    parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.processes:
+        return compare_processes(args)
+    if args.ddp_worker:
+        return ddp_worker(args)
     torch.set_num_threads(os.cpu_count() or 1)
-    from transformers import AutoTokenizer
-
     path = provision_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
     policies = AgentPolicies(str(path), n_agents=1, config=MAGRPOConfig())
     if args.check:
         return check(policies)
-    generator = torch.Generator().manual_seed(0)
-    fractions = [float(f) for f in args.lengths.split(",")]
-    samples = []
-    for task in split_tasks("coding", "train")[: args.tasks]:
-        chat = tokenizer.apply_chat_template(
-            [{"role": "user", "content": task.prompt}], add_generation_prompt=True, tokenize=False
-        )
-        prompt = tokenizer.encode(chat, add_special_tokens=False)
-        for g in range(args.group_size):
-            n = max(1, round(args.max_tokens * fractions[g % len(fractions)]))
-            ids = torch.randint(0, 30000, (n,), generator=generator).tolist()
-            samples.append(Sample(prompt, ids))
-    advantages = torch.randn(len(samples), generator=generator)
+    samples, advantages = step_samples(args, path)
     lengths = [len(s.completion_ids) for s in samples[: args.group_size]]
     prompt_tokens = sum(len(s.prompt_ids) for s in samples) // len(samples)
     padding = 1 - sum(lengths) / (max(lengths) * len(lengths))
@@ -212,6 +212,82 @@ def main() -> None:
             f"{name:10s} {seconds:7.2f} s per agent update  ({len(samples) / seconds:6.2f} samples/s)"
             f"  {best['per-sample'] / seconds:.2f}x per-sample, {best['padded'] / seconds:.2f}x padded"
         )
+
+
+def step_samples(args: argparse.Namespace, path) -> tuple[list[Sample], torch.Tensor]:
+    """One agent's samples of a step (the tasks' chat-templated prompts, G random completions of
+    the --lengths each) and their advantages, the same in every process."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    generator = torch.Generator().manual_seed(0)
+    fractions = [float(f) for f in args.lengths.split(",")]
+    samples = []
+    for task in split_tasks("coding", "train")[: args.tasks]:
+        chat = tokenizer.apply_chat_template(
+            [{"role": "user", "content": task.prompt}], add_generation_prompt=True, tokenize=False
+        )
+        prompt = tokenizer.encode(chat, add_special_tokens=False)
+        for g in range(args.group_size):
+            n = max(1, round(args.max_tokens * fractions[g % len(fractions)]))
+            ids = torch.randint(0, 30000, (n,), generator=generator).tolist()
+            samples.append(Sample(prompt, ids))
+    return samples, torch.randn(len(samples), generator=generator)
+
+
+def ddp_worker(args: argparse.Namespace) -> None:
+    """One rank under torchrun: the best of --repeats updates (after a warm-up), from rank 0."""
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    world = dist.get_world_size()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    else:  # the machine's cores shared between the ranks
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    path = provision_model(args.model)
+    policies = AgentPolicies(str(path), n_agents=1, config=MAGRPOConfig())
+    samples, advantages = step_samples(args, path)
+    policies.update(0, samples, advantages)  # warm-up
+    times = []
+    for _ in range(args.repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        policies.update(0, samples, advantages)
+        dist.barrier()
+        times.append(time.perf_counter() - t0)
+    if dist.get_rank() == 0:
+        print(json.dumps({"processes": world, "seconds": min(times), "samples": len(samples)}))
+    dist.destroy_process_group()
+
+
+def compare_processes(args: argparse.Namespace) -> None:
+    """The update's time with 1 and with --processes processes, measured in this run."""
+    import json
+    import subprocess
+
+    seconds = {}
+    for n in dict.fromkeys((1, args.processes)):
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={n}", __file__, "--ddp-worker", "--model", args.model,
+            "--tasks", str(args.tasks), "--group-size", str(args.group_size),
+            "--max-tokens", str(args.max_tokens), "--lengths", args.lengths,
+            "--repeats", str(args.repeats),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"torchrun with {n} process(es) failed:\n{done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        seconds[n] = result["seconds"]
+        print(
+            f"{n} process(es): {result['seconds']:.2f} s per agent update of "
+            f"{result['samples']} samples"
+        )
+    if len(seconds) == 2:
+        print(f"{args.processes} processes: {seconds[1] / seconds[args.processes]:.2f}x one")
 
 
 def _groups(samples: list[Sample]) -> list[list[Sample]]:
