@@ -265,3 +265,17 @@ def test_adapters_list_json_gives_each_version_its_server_name_and_source(tmp_pa
         (1, 1, "candidate", "agent1-v1", "registered"),
     ]
     assert listed[0]["training_run"] == run_id and listed[1]["parent_version"] == 1
+
+
+def test_every_command_the_readme_names_exists_and_the_readme_stays_a_short_guide():
+    import re
+    from pathlib import Path
+
+    from app.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    named = set(re.findall(r"`coteam ([a-z]+)", readme))
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert named and named <= set(commands.choices), named - set(commands.choices)
+    assert len(readme.split()) <= 1200  # a user's guide; run records live in docs/
