@@ -93,7 +93,12 @@ class EpisodeResult:
             "output": self.output,
             "success": self.success,
             "tests": (
-                {"passed": self.test_report.passed, "total": self.test_report.total}
+                {
+                    "passed": self.test_report.passed,
+                    "total": self.test_report.total,
+                    "error": self.test_report.error,
+                    "results": self.test_report.to_dict()["tests"],
+                }
                 if self.test_report is not None
                 else None
             ),

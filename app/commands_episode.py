@@ -109,6 +109,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.tasks import find_task
     from agents.team import GREEDY, Sampling, run_episode
     from app.commands_serve import allow_weak_sandbox
+    from app.live import score
     from learner.registry import RegistryError
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
@@ -155,16 +156,26 @@ def cmd_episode(args: argparse.Namespace) -> int:
     except (OSError, ValueError, PolicyError, ModelError, RegistryError, ServerError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
+    scored = score(result, args.db)  # the joint reward, recorded, as the page scores it
     if args.json:
-        print(json.dumps(result.summary(), indent=2))
+        summary = result.summary() | {"reward": scored["reward"]}
+        if scored["note"]:
+            summary["note"] = scored["note"]
+        print(json.dumps(summary, indent=2))
     else:
         tokens = sum(s["completion_tokens"] for s in result.steps)
         print(f"\n=== result (episode {result.episode_id})\n{result.output}")
         report = result.test_report
+        if report is not None:
+            print("=== tests")
+            for r in report.results:
+                line = f"{'ok  ' if r.passed else 'FAIL'} {r.source.splitlines()[-1]}"
+                print(line + (f" -> {r.message}" if r.message else ""))
         tested = f"tests {report.passed} of {report.total} passed, " if report else ""
+        reward = f", reward {scored['reward']:.3f}" if scored["reward"] is not None else ""
         print(
             f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
-            f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written"
+            f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written{reward}"
         )
     return 0
 

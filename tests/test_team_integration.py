@@ -114,8 +114,9 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     assert agent["text"].startswith(agent["opening"])  # what the environment began it with
     assert 1 <= summary["turns"] <= 2 and summary["wall_time_s"] > 0
     # the problem's tests ran in the sandbox, as on the page: success means they all passed
-    assert summary["tests"]["total"] == 3
+    assert summary["tests"]["total"] == len(summary["tests"]["results"]) == 3
     assert summary["success"] == (summary["tests"]["passed"] == 3)
+    assert -1 <= summary["reward"] <= 1  # scored and recorded as the page scores it
     wrong_key = subprocess.run(
         [*command, "--base", "--max-tokens", "8"],
         capture_output=True, text=True, timeout=600,
@@ -126,4 +127,5 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     with store.open_db(db_path) as db:
         episode = store.get_episode(db, summary["episode_id"])
     assert episode["final_output"] == summary["output"]
+    assert episode["reward"] == pytest.approx(summary["reward"])
     assert episode["status"] == "ok" and len(episode["turns"]) == summary["turns"]
