@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="coteam",
         description="CoTeam: co-write and co-code with a team of LLM agents that learns from you.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log debug messages; errors with a traceback"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     default_model = os.environ.get("COTEAM_MODEL", DEFAULT_MODEL)
 
@@ -353,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.func(args)
-    except (ModelError, ServerError, StoreError, PolicyError, ValueError) as e:
+    except (ModelError, ServerError, StoreError, PolicyError, ValueError, OSError) as e:
+        if args.verbose:  # -v: the whole traceback, for a bug report
+            raise
         print(f"coteam {args.command}: error: {e}", file=sys.stderr)
         for note in getattr(e, "__notes__", ()):  # e.g. how to go on with a failed training run
             print(note, file=sys.stderr)

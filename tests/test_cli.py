@@ -279,3 +279,23 @@ def test_every_command_the_readme_names_exists_and_the_readme_stays_a_short_guid
     [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert named and named <= set(commands.choices), named - set(commands.choices)
     assert len(readme.split()) <= 1200  # a user's guide; run records live in docs/
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["check", "--code", "/nope.py", "--tests", "/nope.py"], "cannot read the code file"),
+        (["episode", "--task", "coding", "--problem", "999"], "no HumanEval problem"),
+        (["episode", "--task", "writing", "--prompt-file", "/nope"], "No such file"),
+        (["train", "--task", "coding", "--steps", "-1"], "at least 1 step"),
+        (["export", "--format", "jsonl", "--out", "/proc/nope"], "No such file"),
+        (["setup", "--model", "/nope"], "unknown model"),
+        (["adapters", "promote", "--agent", "9", "--version", "9"], "no adapter version"),
+        (["adapters", "rollback", "--agent", "0"], "no active adapter"),
+    ],
+)
+def test_a_users_bad_input_is_one_line_that_says_what_is_wrong(tmp_path, command, says):
+    result = coteam(*command, env={"COTEAM_HOME": str(tmp_path)}, timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    assert says in result.stderr.strip().splitlines()[-1], result.stderr
