@@ -174,6 +174,22 @@ def test_check_runs_a_module_through_the_runner_and_reports_each_test(tmp_path):
     assert result.stdout.count("FAIL assert") == 3
 
 
+@pytest.mark.parametrize("name", ["object_whose_sub_is_zero", "math_isclose_patched"])
+def test_check_scores_a_program_that_forges_wrapped_tests_nothing(tmp_path, name):
+    from tests.test_testrun import FORGERS, WRAPPED
+
+    form, program = FORGERS[name]
+    (tmp_path / "tests.py").write_text(WRAPPED[form])
+    (tmp_path / "forger.py").write_text(program)
+    result = coteam(
+        "check", "--code", str(tmp_path / "forger.py"), "--tests", str(tmp_path / "tests.py"),
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["passed"], report["total"]) == (0, 3), report
+
+
 def test_check_refuses_unreadable_input_with_a_clear_message(tmp_path, capsys):
     from app.cli import main
 
