@@ -30,6 +30,24 @@ def process_group_alive(pgid: int) -> bool:
     return False
 
 
+def _file_state(path) -> list:
+    """Size and modification time of a database file and its write-ahead log (None: absent)."""
+    files = [path, path.with_name(path.name + "-wal")]
+    return [(f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_users_database_is_left_alone():
+    """Tests keep their data in temporary folders: a run that wrote the user's own database
+    (`$COTEAM_HOME/coteam.db`, whose folder also caches the model and environments) fails."""
+    from store.paths import default_db_path
+
+    path = default_db_path()
+    before = _file_state(path)
+    yield
+    assert _file_state(path) == before, f"a test wrote the user's database {path}"
+
+
 @pytest.fixture(scope="session")
 def model_path():
     """The default model's converted Hugging Face folder (made by `make setup`, or here)."""

@@ -449,7 +449,8 @@ def test_a_section_does_not_reach_its_length_by_saying_it_again():
         score([BIOLOGY, padded, POLLINATION, THREATS]),
     )
     assert looped["length"] == honest["length"] < 1.0
-    assert looped["total"] <= honest["total"]
+    # no better: equal up to the float noise of sentence embeddings computed in other batches
+    assert looped["total"] <= honest["total"] + 1e-6
 
 
 def test_consistency_notices_a_section_in_another_voice_and_format():

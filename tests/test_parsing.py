@@ -35,6 +35,9 @@ def test_no_module_parses_python_around_the_lock():
         str(path.relative_to(ROOT))
         for folder in ("agents", "app", "learner", "bench", "store")
         for path in (ROOT / folder).rglob("*.py")
-        if "ast.parse(" in path.read_text() and path.name != "parsing.py"
+        if "ast.parse(" in path.read_text()
+        and path.name != "parsing.py"
+        # the sandbox's programs run in their own interpreter, never in the app's threads
+        and path.parent != ROOT / "agents" / "harness"
     ]
     assert direct == []
