@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -70,7 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         model=str(model), served_name=args.served_name, port=args.vllm_port, agents=args.agents
     )
-    with connect_or_start(args.vllm_url, config) as client:
+    with connect_or_start(args.vllm_url, config) as client, key_file(client, args.vllm_url):
         os.environ[API_KEY_ENV] = client.api_key  # for what this process starts
         learner = LearnerWorker(
             client,
@@ -93,8 +94,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def key_file(client, vllm_url: str | None):
+    """The key of the server `coteam serve` started, in a file only this user can read while it
+    runs, and how another command reaches that server (the key is never on a command line)."""
+    if vllm_url:  # a server of your own: you know its key
+        yield
+        return
+    from store.paths import coteam_home
+
+    port = client.base_url.rsplit(":", 1)[-1]
+    path = coteam_home() / f"vllm-{port}.key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(client.api_key)
+    print(
+        f"vLLM serves at {client.base_url}; its key is in {path} (only you can read it): "
+        f"COTEAM_VLLM_API_KEY=$(cat {path}) coteam episode --vllm-url {client.base_url} ..."
+    )
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from app.commands_episode import quiet_request_logs
     from app.doctor import run_checks
+
+    if not args.verbose:  # a log line per request would interleave with the checks
+        quiet_request_logs()
 
     return run_checks(args.model, args.vllm_url)
 

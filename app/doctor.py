@@ -83,9 +83,15 @@ def check_model(spec: str) -> tuple[bool, str]:
 def check_server(url: str | None) -> tuple[bool, str]:
     if not url:
         return True, "vLLM health: no --vllm-url given (`coteam serve` starts its own server)"
+    from agents.server import ServerError, check_key
+
     client = PolicyClient(url)
     if not client.healthy():
         return False, f"vLLM at {url} is not healthy (GET /health failed)"
+    try:
+        check_key(client)
+    except ServerError as e:
+        return False, str(e)
     return True, f"vLLM at {url} healthy, models: {', '.join(m['id'] for m in client.models())}"
 
 

@@ -315,3 +315,24 @@ def test_a_users_bad_input_is_one_line_that_says_what_is_wrong(tmp_path, command
     assert result.returncode == 1
     assert "Traceback" not in result.stderr, result.stderr
     assert says in result.stderr.strip().splitlines()[-1], result.stderr
+
+
+def test_the_managed_servers_key_is_in_a_file_only_its_user_reads_while_it_runs(
+    tmp_path, monkeypatch, capsys
+):
+    from types import SimpleNamespace
+
+    from app.commands_serve import key_file
+
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path))
+    client = SimpleNamespace(base_url="http://127.0.0.1:8123", api_key="secret-key")
+    with key_file(client, vllm_url=None):
+        path = tmp_path / "vllm-8123.key"
+        assert path.read_text() == "secret-key"
+        assert path.stat().st_mode & 0o777 == 0o600
+        said = capsys.readouterr().out
+        assert f"COTEAM_VLLM_API_KEY=$(cat {path}) coteam episode --vllm-url" in said
+        assert "secret-key" not in said
+    assert not path.exists()
+    with key_file(client, vllm_url="http://elsewhere:8000"):  # your own server: nothing written
+        assert list(tmp_path.iterdir()) == []

@@ -124,6 +124,12 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     )  # fmt: skip
     assert wrong_key.returncode == 1 and "Traceback" not in wrong_key.stderr
     assert "refused the API key (HTTP 401): set COTEAM_VLLM_API_KEY" in wrong_key.stderr
+    doctor = subprocess.run(
+        [sys.executable, "-m", "app.cli", "doctor", "--vllm-url", vllm_server.url],
+        capture_output=True, text=True, timeout=600,
+        env=env | {"COTEAM_VLLM_API_KEY": "not-the-key"},
+    )  # fmt: skip
+    assert "FAIL  the vLLM server at" in doctor.stdout and "Traceback" not in doctor.stderr
     with store.open_db(db_path) as db:
         episode = store.get_episode(db, summary["episode_id"])
     assert episode["final_output"] == summary["output"]
