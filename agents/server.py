@@ -290,7 +290,6 @@ class VLLMServer:
         self.stop()
 
 
-@contextlib.contextmanager
 def check_key(client: PolicyClient) -> None:
     """A server at --vllm-url that refuses the client's API key says how to pass one, rather than
     failing at the first request."""
@@ -308,6 +307,7 @@ def check_key(client: PolicyClient) -> None:
         )
 
 
+@contextlib.contextmanager
 def connect_or_start(
     url: str | None,
     config: ServerConfig,
