@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from agents.parsing import parse
+from agents.tasks import with_stub_bodies
 
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 CODE_LANGUAGES = {"", "python", "py", "python3"}
@@ -122,12 +123,16 @@ IMPORT = ast.Import | ast.ImportFrom
 
 
 def combine_code(
-    parts: list[str], owners: list[tuple[str, ...]] | None = None, preamble: str = ""
+    parts: list[str],
+    owners: list[tuple[str, ...]] | None = None,
+    preamble: str = "",
+    problem: str = "",
 ) -> CombinedCode:
     """Join the agents' replies (in role order) into one module; see the module docstring.
 
     `owners[i]` names the functions agent i's role writes; `preamble` is the problem's own code
-    (imports and given helpers) that the module starts with.
+    (imports and given helpers) that the module starts with; `problem` the problem as posed: a
+    function it defines keeps the problem's docstring in the module (`with_problem_docstrings`).
     """
     owners = owners or [()] * len(parts)
     given = parse(preamble) if preamble.strip() else ast.Module(body=[], type_ignores=[])
@@ -195,7 +200,67 @@ def combine_code(
     imports = list(dict.fromkeys(imports))
     code = "\n".join(imports) + ("\n\n\n" if imports and body else "") + "\n\n\n".join(body)
     code = code.strip("\n") + "\n" if code.strip() else ""
-    return _finish(code, reports, notes)
+    return _finish(with_problem_docstrings(code, problem), reports, notes)
+
+
+def with_problem_docstrings(code: str, problem: str) -> str:
+    """`code` with each function the problem defines carrying the problem's docstring, as the
+    person (or the benchmark) wrote it: the environment begins an agent's reply with a one-line
+    contract docstring of its own, which is the environment's text, not the person's. A function
+    without a docstring, or code or a problem that does not parse, is left as it is."""
+    if not problem.strip():
+        return code
+    try:
+        tree, posed = parse(code), parse(with_stub_bodies(problem))
+    except SyntaxError:
+        return code
+    problem_lines = with_stub_bodies(problem).splitlines()
+    wanted = {
+        node.name: _docstring_node(node)
+        for node in posed.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _docstring_node(node)
+    }
+    lines = code.splitlines()
+    found = [
+        (_docstring_node(node), wanted[node.name])
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name in wanted
+        and _docstring_node(node)
+    ]
+    for here, original in sorted(found, key=lambda pair: -pair[0].lineno):  # bottom up
+        if not (_alone(lines, here) and _alone(problem_lines, original)):
+            continue
+        text = problem_lines[original.lineno - 1 : original.end_lineno]
+        shift = here.col_offset - original.col_offset
+        text = [_indented(line, shift) for line in text]
+        lines[here.lineno - 1 : here.end_lineno] = text
+    return "\n".join(lines) + ("\n" if code.endswith("\n") else "")
+
+
+def _alone(lines: list[str], node: ast.expr | ast.stmt) -> bool:
+    """Whether nothing but white space shares the node's first and last lines."""
+    first, last = lines[node.lineno - 1], lines[node.end_lineno - 1]
+    return not first[: node.col_offset].strip() and not last[node.end_col_offset :].strip()
+
+
+def _indented(line: str, shift: int) -> str:
+    if shift >= 0:
+        return " " * shift + line if line.strip() else line
+    spaces = len(line) - len(line.lstrip(" "))
+    return line[min(-shift, spaces) :]
+
+
+def _docstring_node(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Expr | None:
+    first = node.body[0] if node.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+        and first.lineno != node.lineno  # not `def f(): "doc"` on one line
+    ):
+        return first
+    return None
 
 
 def concat_code(parts: list[str]) -> CombinedCode:

@@ -85,7 +85,7 @@ def coding_score(task: Task, roles: list[Role], texts: list[str]) -> float:
     reward the other trainers get for what CoTeam's team would be scored on."""
     owners = [r.owns for r in roles]
     texts = [r.reply_start + t for r, t in zip(roles, texts, strict=True)]  # begun replies
-    program = combine_code(texts, owners, preamble=task.preamble).code
+    program = combine_code(texts, owners, preamble=task.preamble, problem=task.prompt).code
     score = coding_reward(
         [extract_code(text) for text in texts],
         owners,

@@ -153,3 +153,34 @@ def test_concat_code_is_the_naive_join():
 def test_combine_sections_joins_in_role_order():
     assert combine_sections([" One. ", "", "Two.\n", "Three."]) == "One.\n\nTwo.\n\nThree."
     assert combine_sections(["", "  "]) == ""
+
+
+def test_the_module_keeps_the_problems_docstring_not_the_environments():
+    """The entry author's reply begins with the contract's one-line docstring ("... `aux(s)` does
+    the rest."): the person's module shows the problem's own docstring instead, examples and
+    all; the code around it is the team's, unchanged."""
+    problem = (
+        "from typing import List\n\n\n"
+        "def shout(words: List[str]) -> str:\n"
+        '    """Join the words in upper case.\n'
+        "    >>> shout(['a', 'b'])\n"
+        "    'A B'\n"
+        '    """\n'
+    )
+    helper = "```python\ndef aux(words):\n    return ' '.join(w.upper() for w in words)\n```"
+    entry = (
+        "```python\ndef shout(words: List[str]) -> str:\n"
+        '    """Join the words in upper case. Handle special cases first; `aux(words)` does the '
+        'rest."""\n'
+        "    result = aux(words)\n    return result\n```"
+    )
+    owners = [("aux",), ("shout",)]
+    combined = combine_code([helper, entry], owners, preamble="from typing import List\n",
+                            problem=problem)  # fmt: skip
+    assert "does the rest" not in combined.code
+    assert (
+        "    >>> shout(['a', 'b'])\n    'A B'\n    \"\"\"\n    result = aux(words)" in combined.code
+    )
+    assert combined.error is None and combined.calls["shout"] == ["aux"]
+    plain = combine_code([helper, entry], owners, preamble="from typing import List\n")
+    assert "does the rest" in plain.code  # without the problem, nothing to restore
