@@ -53,6 +53,10 @@ ENTRY_BODY = "\n    return {call}"
 # the roles whose replies the environment begins with their function's head, and what it writes
 # after the docstring (the model goes on from there)
 REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {call}\n    return"}
+# the roles that write the whole answer alone (`single`'s, and each of `naive_concat`'s): their
+# replies begin with the problem as posed, as the helper author's does with it posed for `aux`,
+# so that a baseline starts where the team starts (its signature and docstring not rewritten)
+SOLVERS = ("solo", "coder")
 # the one-line docstring of each role's function in the stubs
 STUB_PURPOSES = {
     "helper": "The core computation of `{entry}`: {summary}",
@@ -130,10 +134,11 @@ def coding_reply_start(
 ) -> str:
     """The opening of coding agent `agent`'s reply, written by the environment: a code fence and
     its own function's head (signature and the contract's one-line docstring), then
-    `REPLY_BODIES[role]`: for the entry author `result = aux(...)` and `return`. "" for roles
-    that own no function of the contract (`single`, `naive_concat`, the tester). The helper
+    `REPLY_BODIES[role]`: for the entry author `result = aux(...)` and `return`. The helper
     author's reply begins with its whole `problem` (posed for `aux`) instead where it can
-    (`helper_reply_start`).
+    (`helper_reply_start`), and so does an agent that writes the whole answer alone (`SOLVERS`:
+    `single`, `naive_concat`) with the problem as posed: every shape starts from the problem's
+    own signature and docstring. "" for the tester.
 
     The model continues from there: the entry author's function calls the helper's in every
     answer, and what it writes is what the function returns. Shown the same stub in the message
@@ -141,6 +146,8 @@ def coding_reply_start(
     given room after the call, it broke correct helpers with "special cases"
     (docs/EVALUATION.md)."""
     name = names[agent]
+    if name in SOLVERS:  # one agent writes the whole answer: the same start as the helper's
+        return helper_reply_start(task.prompt, task.entry_point)
     helpers = helper_functions(names)
     if name not in REPLY_BODIES or not helpers or not coding_contract_applies(names):
         return ""

@@ -409,10 +409,15 @@ def test_each_coding_reply_is_begun_by_the_environment_and_the_entrys_with_the_c
     streamed = "".join(e["text"] for e in events if e["event"] == "token" and e["agent"] == 1)
     assert streamed == step["text"]
     assert "result = aux(numbers, threshold)" in result.output  # the combined module calls aux
-    # no begun reply where no one owns the entry function next to a helper
+    # an agent that writes the whole answer alone starts where the team starts: the problem as
+    # posed (its signature and docstring), the same start for every shape
     for shape, size in (("single", 1), ("naive_concat", 2)):
         _, other, _ = run(CODING, shape, size, tmp_path / shape)
-        assert all(r.messages[-1]["role"] == "user" for r in other.requests)
+        openings = [r.messages[-1] for r in other.requests]
+        assert all(m["role"] == "assistant" for m in openings)
+        assert {m["content"] for m in openings} == {
+            "```python\n" + CODING.prompt.strip("\n") + "\n"
+        }
 
 
 def test_a_helper_reply_begins_with_its_problem_only_where_the_function_is_still_to_write():
