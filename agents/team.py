@@ -255,9 +255,7 @@ def combine(team: Team, state: TeamState) -> dict:
         combined = concat_code(texts)
     else:
         owners = [role.owns for role in team.roles]
-        combined = combine_code(
-            texts, owners, preamble=team.task.preamble, problem=team.task.prompt
-        )
+        combined = combine_code(texts, owners, team.task.preamble, team.task.prompt)
     return {"combined": combined, "output": combined.code}
 
 

@@ -10,6 +10,8 @@ import logging
 import signal
 import sys
 
+from app.commands_serve import quiet_request_logs
+
 
 class EpisodePrinter:
     """Prints a running episode: one agent's tokens live at a time, the others' held back and
@@ -62,12 +64,6 @@ class EpisodePrinter:
     def write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
-
-
-def quiet_request_logs() -> None:
-    """One log line per server request would hide a command's progress bar (without -v)."""
-    for name in ("httpx", "httpx2"):  # openai's client logs through httpx2
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -18,6 +19,12 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
     provision_model(args.model)
     return 0
+
+
+def quiet_request_logs() -> None:
+    """One log line per server request would hide a command's progress bar (without -v)."""
+    for name in ("httpx", "httpx2"):  # openai's client logs through httpx2
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def allow_weak_sandbox(args: argparse.Namespace) -> None:
@@ -119,7 +126,6 @@ def key_file(client, vllm_url: str | None):
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from app.commands_episode import quiet_request_logs
     from app.doctor import run_checks
 
     if not args.verbose:  # a log line per request would interleave with the checks

@@ -10,7 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from app.commands_episode import episode_policy, quiet_request_logs
+from app.commands_episode import episode_policy
+from app.commands_serve import quiet_request_logs
 
 # `coteam train`'s flags that set the run's config, and the TrainArgs (or MAGRPO) field each sets
 RUN_CONFIG = {
