@@ -248,7 +248,8 @@ PROBLEMS = read_problems()
 def solving_reply(request):
     """The helper writes HumanEval's canonical solution as the body of `aux` (its reply is begun
     with the problem posed for `aux`) and the entry author returns its result (its reply is begun
-    with the call and `return`); a single agent writes the canonical solution."""
+    with the call and `return`); a single agent writes the canonical solution (after the begun
+    problem, as the helper does)."""
     system, user = request.messages[0]["content"], request.messages[1]["content"]
     begun = request.messages[-1]["content"] if request.messages[-1]["role"] == "assistant" else ""
     if begun.endswith("    return"):
@@ -257,7 +258,10 @@ def solving_reply(request):
         # the helper's instructions name the function that calls its `aux`
         if begun and f"A teammate writes `{problem['entry_point']}`," in system:
             return f"{problem['canonical_solution']}```"
-        # the single agent sees the whole problem
+        # the single agent's reply is begun, as the helper's, with the problem as posed
+        if begun and problem["prompt"].strip("\n") in begun:
+            return f"{problem['canonical_solution']}```"
+        # an agent whose reply is not begun sees the whole problem
         if problem["prompt"] in user or f"def {problem['entry_point']}(" in user:
             return f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
     raise AssertionError("no problem in the prompt")
@@ -467,7 +471,7 @@ def test_a_multi_turn_coding_run_feeds_back_the_test_results(tmp_path):
         seen.append(user)
         if "Feedback on the team's result" in user:
             return solving_reply(request)
-        return "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+        return "    return False\n```"  # the body after the begun problem: 3 of 7 pass
 
     config = EvalConfig(task="coding", limit=1, shapes=("single",), turns=2)
     [row] = evaluate(

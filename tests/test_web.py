@@ -42,11 +42,14 @@ SOLO = (
 
 def reply(request) -> str:
     system = request.messages[0]["content"]
-    begun = request.messages[-1]["role"] == "assistant"
+    last = request.messages[-1]
+    begun = last["content"] if last["role"] == "assistant" else ""
     if "helper function `aux`" in system:
         return HELPER
     if "Python" in system:
-        return ENTRY if begun else SOLO
+        if begun.endswith("    return"):  # the entry author, after the call of `aux`
+            return ENTRY
+        return HELPER if begun else SOLO  # one agent, after the problem as posed: the body
     return " ".join(f"w{k}" for k in range(45)) + "."
 
 
