@@ -265,7 +265,9 @@ def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"))
+    # a step small enough for the first-order move to show (Adam moves every weight by about
+    # the learning rate at its first step; 5e-3 overshot once log π was taken at T = 0.8)
+    config = MAGRPOConfig(learning_rate=1e-3, target_modules=("q_proj", "v_proj"))
     policies = AgentPolicies(str(model_path), n_agents=2, config=config)
     chat = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Say a colour."}], add_generation_prompt=True, tokenize=False

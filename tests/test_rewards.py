@@ -1,6 +1,7 @@
 """Rewards on answers with known scores: HumanEval's canonical solutions, empty answers, hand-made
 helper/entry pairs, fixed texts, and the joint reward worked out by hand."""
 
+import functools
 import gzip
 import json
 import textwrap
@@ -493,7 +494,8 @@ def test_ratings_never_lift_writing_the_environment_failed_above_writing_it_pass
     changes no order between a passing and a failing one (it did when the whole group was one
     set: a retrain on 50 votes then cost the pass rate 17.5 points against the control's,
     docs/TRAINING.md)."""
-    facts, team = " ".join([FACT] * 5), summary_team
+    facts = " ".join([FACT] * 5)
+    team = functools.partial(summary_team, db_path=tmp_path / "coteam.db")
     short = "Cracks were found."
     results = [team(", police said", facts), team("", facts),
                team(", police said", short), team("", short)]  # fmt: skip
