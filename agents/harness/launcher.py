@@ -99,9 +99,9 @@ try:
         layers.append("read-only: every file system but its folder and the tmpfs folders")
 
     def own_pid_namespace():
-        """pid 1 of a new PID namespace with its own /proc; this launcher waits outside and
-        ends as its child did. When pid 1 ends, the kernel ends every process it left."""
-        check(libc.unshare(CLONE_NEWPID), "unshare PID")
+        """After unshare(CLONE_NEWPID): pid 1 of the new namespace with its own /proc; this
+        launcher waits outside and ends as its child did. When pid 1 ends, the kernel ends every
+        process it left."""
         child = os.fork()
         if child:
             os.close(status_fd)
@@ -138,7 +138,8 @@ try:
             and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
         ):
             private_mounts(uid, uid)
-            own_pid_namespace()
+            if libc.unshare(CLONE_NEWPID) == 0:
+                own_pid_namespace()
     else:  # as the app's own user: the same layers in a user namespace, or no run at all
         owner, group = os.getuid(), os.getgid()
         check(
@@ -158,6 +159,7 @@ try:
         check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
         private_mounts(owner, group)
         read_only_elsewhere()
+        check(libc.unshare(CLONE_NEWPID), "unshare PID")
         own_pid_namespace()
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     for name, value in cfg["rlimits"].items():
