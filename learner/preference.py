@@ -50,7 +50,7 @@ from agents.sentences import embed_texts
 from agents.tasks import evaluation_split
 from learner.reward_config import RewardWeights
 from learner.rewards import rating_to_unit
-from store.db import rows
+from store.db import open_db, rows
 
 WORD_FEATURES = 2**12  # hashed word 1-2-grams beside the 384 dimensions of the embedding
 L2 = 1e-2  # keeps w small when a handful of ratings would otherwise fit exactly
@@ -333,7 +333,5 @@ def run_preference_model(db_path, task_set: str, weights: RewardWeights) -> Pref
     store at `db_path`; None when ratings have no weight (`weights.human` 0) or there are none."""
     if weights.human <= 0:
         return None
-    import store
-
-    with store.open_db(db_path) as db:
+    with open_db(db_path) as db:
         return load_preference_model(db, "coding" if task_set == "coding" else "writing")

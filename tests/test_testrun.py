@@ -225,6 +225,19 @@ RIGHT = {
 }
 RIGHT["isclose"], RIGHT["loop_and_helper"] = RIGHT["abs"], KNOWS_THE_ANSWERS
 
+# writes passed-test lines in the judge's format to every fd it can, then ends in its own way
+RESULT_LINES = """
+import os, time
+def add(a, b):
+    for fd in range(0, 256):
+        for unit in range(3):
+            line = '{"unit": %d, "passed": true, "message": ""}\\n' % unit
+            try:
+                os.write(fd, line.encode())
+            except OSError:
+                break
+"""
+
 # (the tests it is run against, the program): each is wrong about what add returns
 FORGERS = {
     "object_whose_sub_is_zero": (
@@ -321,36 +334,8 @@ def add(a, b):
     return value
 """,
     ),
-    "result_lines_on_every_fd_then_exit": (
-        "loop_and_helper",
-        """
-import os
-def add(a, b):
-    for fd in range(0, 256):
-        for unit in range(3):
-            line = '{"unit": %d, "passed": true, "message": ""}\\n' % unit
-            try:
-                os.write(fd, line.encode())
-            except OSError:
-                break
-    os._exit(0)
-""",
-    ),
-    "result_lines_on_every_fd_then_sleep": (
-        "abs",
-        """
-import os, time
-def add(a, b):
-    for fd in range(0, 256):
-        for unit in range(3):
-            line = '{"unit": %d, "passed": true, "message": ""}\\n' % unit
-            try:
-                os.write(fd, line.encode())
-            except OSError:
-                break
-    time.sleep(60)
-""",
-    ),
+    "result_lines_on_every_fd_then_exit": ("loop_and_helper", RESULT_LINES + "    os._exit(0)\n"),
+    "result_lines_on_every_fd_then_sleep": ("abs", RESULT_LINES + "    time.sleep(60)\n"),
     "answers_ahead_of_the_questions_and_twice": (
         "abs",
         """
