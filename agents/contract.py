@@ -46,13 +46,16 @@ CONTRACT_OTHERS = (
 )
 CONTRACT_MINE = "Complete your function:\n```python\n{stub}\n```"
 CONTRACT_STUB = 'def {function}({signature}){returns}:\n    """{purpose}"""{body}'
-# the entry stub's body: a small model completes the code it is shown, and calls the helper when
-# the call is already there (without it the untrained entry author called `aux` in 0 of 7
-# held-out problems, bench: docs/EVALUATION.md)
+# The `scaffolded` shape only (a named option, never in a figure that claims cooperation): the
+# environment writes the entry author's call of the helper, in its stub (`ENTRY_BODY`) and at the
+# start of its reply (`SCAFFOLD_BODIES`), and begins the helper author's reply with the whole
+# problem posed for `aux`. A small model completes the code it is shown: with the call written
+# for it, the untrained entry author "calls" `aux` in every answer; the call is not its work.
 ENTRY_BODY = "\n    return {call}"
-# the roles whose replies the environment begins with their function's head, and what it writes
-# after the docstring (the model goes on from there)
-REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {call}\n    return"}
+SCAFFOLD_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {call}\n    return"}
+# the roles whose replies the environment begins with their function's head (signature and the
+# contract's one-line docstring), and what it writes after it: nothing of the agent's code
+REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n"}
 # the roles that write the whole answer alone (`single`'s, and each of `naive_concat`'s): their
 # replies begin with the problem as posed, as the helper author's does with it posed for `aux`,
 # so that a baseline starts where the team starts (its signature and docstring not rewritten)
@@ -76,7 +79,11 @@ def fill(template: str, **values: object) -> str:
 
 
 def coding_contract(
-    task: Task, names: list[str], agent: int, signature: tuple[str, str, str]
+    task: Task,
+    names: list[str],
+    agent: int,
+    signature: tuple[str, str, str],
+    scaffold: bool = False,
 ) -> str:
     """The interface contract of a coding team with roles `names`, as agent `agent` sees it: every
     role's function, signature and purpose, which one is its own, the teammates' functions as
@@ -85,7 +92,8 @@ def coding_contract(
 
     The stubs matter for a small model: it completes the code it is shown, so an entry author
     shown `aux` as a teammate's function calls it, and a helper author shown its own `aux` stub
-    writes that rather than the problem's entry function."""
+    writes that rather than the problem's entry function. With `scaffold` (the `scaffolded`
+    shape) the entry author's stub holds the environment's `return aux(...)`."""
     if not coding_contract_applies(names):
         return ""
     arguments, _, summary = signature
@@ -106,7 +114,7 @@ def coding_contract(
                 purpose=fill(CONTRACT_PURPOSES[name], **values),
             )
         )
-        entry_calls = name == "entry" and helpers
+        entry_calls = scaffold and name == "entry" and helpers
         body = fill(ENTRY_BODY, call=f"{helpers[0]}({params})") if entry_calls else ""
         stubs.append(_stub(task, name, signature, calls_text, body))
     # the entry author sees the helpers' stubs (it calls them); a helper author sees no stub of
@@ -131,30 +139,28 @@ def coding_reply_start(
     agent: int,
     signature: tuple[str, str, str],
     problem: str | None = None,
+    scaffold: bool = False,
 ) -> str:
-    """The opening of coding agent `agent`'s reply, written by the environment: a code fence and
-    its own function's head (signature and the contract's one-line docstring), then
-    `REPLY_BODIES[role]`: for the entry author `result = aux(...)` and `return`. The helper
-    author's reply begins with its whole `problem` (posed for `aux`) instead where it can
-    (`helper_reply_start`), and so does an agent that writes the whole answer alone (`SOLVERS`:
-    `single`, `naive_concat`) with the problem as posed: every shape starts from the problem's
-    own signature and docstring. "" for the tester.
+    """The opening of coding agent `agent`'s reply, written by the environment: the head of the
+    function the agent owns and nothing of its code. An agent that writes the whole answer alone
+    (`SOLVERS`: `single`, `naive_concat`) begins with the problem as posed (imports, signature,
+    docstring); a team's helper or entry author with a code fence and its own function's head
+    (signature and the contract's one-line docstring). "" for the tester.
 
-    The model continues from there: the entry author's function calls the helper's in every
-    answer, and what it writes is what the function returns. Shown the same stub in the message
-    only, the untrained entry author rewrote the computation itself in 81% of held-out problems;
-    given room after the call, it broke correct helpers with "special cases"
-    (docs/EVALUATION.md)."""
+    With `scaffold` (the `scaffolded` shape) the environment writes more: the entry author's
+    reply goes on with `result = aux(...)` and `return`, and the helper author's begins with its
+    whole `problem` posed for `aux` where it can (`helper_reply_start`)."""
     name = names[agent]
-    if name in SOLVERS:  # one agent writes the whole answer: the same start as the helper's
+    if name in SOLVERS:  # one agent writes the whole answer: begun with the problem as posed
         return helper_reply_start(task.prompt, task.entry_point)
     helpers = helper_functions(names)
     if name not in REPLY_BODIES or not helpers or not coding_contract_applies(names):
         return ""
-    if name == "helper" and problem and (whole := helper_reply_start(problem)):
+    if scaffold and name == "helper" and problem and (whole := helper_reply_start(problem)):
         return whole
     params = arguments_of(signature[0])
-    body = fill(REPLY_BODIES[name], call=f"{helpers[0]}({params})")
+    bodies = SCAFFOLD_BODIES if scaffold else REPLY_BODIES
+    body = fill(bodies[name], call=f"{helpers[0]}({params})")
     return "```python\n" + _stub(task, name, signature, helper_calls(helpers, params), body)
 
 

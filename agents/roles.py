@@ -36,7 +36,19 @@ from agents.contract import (
 )
 from agents.tasks import Task, entry_signature
 
-SHAPES = ("parallel", "single", "naive_concat", "sequential_pipeline", "one_round_discussion")
+SHAPES = (
+    "parallel",
+    "single",
+    "naive_concat",
+    "sequential_pipeline",
+    "one_round_discussion",
+    "scaffolded",
+)
+# `scaffolded` is `parallel` with the coding scaffold of agents/contract.py: the environment
+# writes the entry author's call of the helper and begins the helper author's reply with the
+# whole problem posed for `aux`. A named option, to compare with; on writing tasks it is
+# `parallel`. No figure that claims cooperation is measured with it.
+SCAFFOLDED = "scaffolded"
 MAX_AGENTS = 4
 
 CODE_FORMAT = (
@@ -170,9 +182,8 @@ ASKS: dict[str, str] = {
     "solo": "Now write the complete function `{entry}`.",
     "helper": "Now write the complete function `aux`.",
     "helper2": "Now complete only your function `aux2` above; do not write `{entry}` or `aux`.",
-    "entry": "Now write only your function `{entry}` above, keeping its `return` of "
-    "{helper_calls} (add a check for special cases before it only if one is needed); do not "
-    "define {helpers}.",
+    "entry": "Now write only your function `{entry}`: handle special cases, call "
+    "{helper_calls} for the core computation and return the answer; do not define {helpers}.",
     "tester": "Now write only the test function `test_{entry}()`.",
     "coder": "Now write your part of the solution.",
     "writer": "Now write the text ({words} words).",
@@ -196,6 +207,13 @@ ASKS: dict[str, str] = {
     "introduction": "Now write only the introduction ({words} words).",
     "body": "Now write only the main body ({words} words).",
     "example": "Now write only the example ({words} words).",
+}
+
+# the scaffolded entry author's ask: its reply is begun with the call (agents/contract.py)
+SCAFFOLD_ASKS = {
+    "entry": "Now write only your function `{entry}` above, keeping its `return` of "
+    "{helper_calls} (add a check for special cases before it only if one is needed); do not "
+    "define {helpers}."
 }
 
 # Who is on a team, in document order, by task form and team size.
@@ -343,7 +361,7 @@ def role_names(task: Task, shape: str, size: int) -> list[str]:
         if size > len(task.extra["outline"]):
             raise ValueError(f"{size} agents for {len(task.extra['outline'])} sections")
         return ["section_writer"] * size
-    return list(TEAMS["coding" if task.kind == "coding" else task.form][size])
+    return list(TEAMS["coding" if task.kind == "coding" else task.form][size])  # parallel, ...
 
 
 def team_roles(
@@ -358,7 +376,9 @@ def team_roles(
     for i, name in enumerate(names):
         problem = None
         instructions = prompts.get(name, PROMPTS[name])
-        ask = prompts.get(f"{name}/ask", ASKS[name])
+        scaffold = shape == SCAFFOLDED
+        default_ask = SCAFFOLD_ASKS.get(name, ASKS[name]) if scaffold else ASKS[name]
+        ask = prompts.get(f"{name}/ask", default_ask)
         if task.kind == "coding":
             helpers = helper_functions(names)
             signature = entry_signature(task)
@@ -372,19 +392,17 @@ def team_roles(
             }
             owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
             title, words = code_title(name, task.entry_point), None
-            contract = coding_contract(task, names, i, signature)
-            # the helper author that does the core computation sees the problem posed for `aux`
-            # (else the untrained model writes the entry function instead, a role violation);
-            # only the function's name is replaced, where it is defined or called: an entry
-            # point that is a word ("longest") keeps its meaning in the docstring's prose
-            if name == "helper" and contract:
+            contract = coding_contract(task, names, i, signature, scaffold)
+            # every agent of the team sees the problem as posed and the contract; scaffolded, the
+            # helper author sees the problem posed for `aux` (only the function's name replaced,
+            # where it is defined or called: an entry point that is a word keeps its meaning in
+            # the prose) and the entry author the problem's own code only
+            if scaffold and name == "helper" and contract:
                 name_used = rf"\b{re.escape(task.entry_point)}\b(?=\s*\()"
                 problem = re.sub(name_used, "aux", task.prompt)
-            # the entry author works from the contract and the problem's own code only (shown the
-            # whole problem, the untrained model solved it alone and called `aux` in 0 of 6)
-            if name == "entry" and contract:
+            if scaffold and name == "entry" and contract:
                 problem = task.preamble
-            reply_start = coding_reply_start(task, names, i, signature, problem)
+            reply_start = coding_reply_start(task, names, i, signature, problem, scaffold)
         else:
             words = WORDS[name]
             values = {

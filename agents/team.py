@@ -378,6 +378,7 @@ GRAPHS = {
     "naive_concat": parallel_graph,
     "sequential_pipeline": sequential_graph,
     "one_round_discussion": discussion_graph,
+    "scaffolded": parallel_graph,
 }
 
 

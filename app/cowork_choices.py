@@ -33,6 +33,7 @@ SHAPE_LABELS = {
     "naive_concat": "naive concat: same prompt, parts joined (baseline)",
     "sequential_pipeline": "sequential pipeline: each sees those before (baseline)",
     "one_round_discussion": "one-round discussion: draft, then revise (baseline)",
+    "scaffolded": "scaffolded: parallel, the helper's call written for the agents (comparison)",
 }
 SOURCES = {
     "writing": [

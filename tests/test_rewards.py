@@ -420,7 +420,7 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
         def reply(request):
             if "only the helper function `aux`" in request.messages[0]["content"]:
                 return body + "```"
-            return " result\n```"
+            return "    return aux(numbers, threshold)\n```"  # the entry author's own call
 
         return run_episode(humaneval_task(0), ScriptedPolicy(reply), shape="parallel",
                            checker=sandbox_check, db=db_path)  # fmt: skip
@@ -553,10 +553,10 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
 
     def reply(request):
         # both replies are begun with the function's head: the helper writes the body of the
-        # contract's `aux(numbers, threshold)`, the entry returns the result of its call
+        # contract's `aux(numbers, threshold)`, the entry calls it and returns its result
         if "only the helper function `aux`" in request.messages[0]["content"]:
             return ENTRY_ALONE.split(":\n", 1)[1] + "```"
-        return " result\n```"
+        return "    return aux(numbers, threshold)\n```"
 
     db = tmp_path / "coteam.db"
     result = run_episode(

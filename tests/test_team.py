@@ -30,8 +30,9 @@ def code_reply(request) -> str:
         if f"only the helper function `{name}`" in system or f"test function `{name}()`" in system:
             return f"```python\ndef {name}(x):\n    return x\n```"
     solution = " any(abs(a - b) < threshold for a in numbers for b in numbers if a is not b)\n```"
-    if request.messages[-1]["role"] == "assistant":  # begun: the function's head, then `return`
-        return solution
+    begun = request.messages[-1]
+    if begun["role"] == "assistant":  # begun: the function's head (scaffolded: then `return`)
+        return solution if begun["content"].endswith("return") else "    return" + solution
     return "```python\ndef has_close_elements(numbers, threshold):\n    return" + solution
 
 
@@ -147,7 +148,7 @@ def test_feedback_reaches_the_next_turn_and_success_stops_the_episode(tmp_path):
         agent = agent_of(request)
         calls[agent] = calls.get(agent, 0) + 1
         if agent == 1 and calls[agent] == 1:  # its reply is begun with the function's head
-            return " (\n```"
+            return "    return (\n```"
         return code_reply(request)
 
     result, policy, events = run(
@@ -359,11 +360,14 @@ def test_bad_settings_are_refused_before_anything_runs(settings, message, tmp_pa
     assert policy.requests == []
 
 
-def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_text(tmp_path):
+@pytest.mark.parametrize("shape", ["parallel", "scaffolded"])
+def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_text(
+    shape, tmp_path
+):
     helper_text = "```python\ndef aux(numbers, threshold):\n    return SECRET_HELPER\n```"
     _, policy, _ = run(
         CODING,
-        "parallel",
+        shape,
         2,
         tmp_path,
         turns=2,
@@ -380,18 +384,53 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     assert "Your part: main function has_close_elements" in entry_view
     # the entry author sees the helper's stub (what it calls); the helper no stub of the entry
     assert "Your teammates' functions" in entry_view and "Your teammates'" not in helper_view
-    assert "    return aux(numbers, threshold)\n```" in entry_view  # the call is in its stub
     assert entry_view.rstrip().endswith("do not define `aux`.")
-    # the helper author is shown the problem posed for `aux`
-    assert 'def aux(numbers: List[float], threshold: float) -> bool:\n    """ Check' in helper_view
+    header = "def {}(numbers: List[float], threshold: float) -> bool:\n    \"\"\" Check"
+    if shape == "parallel":
+        # every agent sees the problem as posed; no call of the helper is written for anyone
+        assert header.format("has_close_elements") in helper_view
+        assert header.format("has_close_elements") in entry_view
+        assert "return aux(" not in entry_view
+    else:
+        assert "    return aux(numbers, threshold)\n```" in entry_view  # the call in its stub
+        # the helper author is shown the problem posed for `aux`, the entry author not at all
+        assert header.format("aux") in helper_view
+        assert header.format("has_close_elements") not in entry_view
 
 
-def test_each_coding_reply_is_begun_by_the_environment_and_the_entrys_with_the_call(tmp_path):
+def test_each_coding_reply_is_begun_with_its_own_functions_head_and_no_code(tmp_path):
     result, policy, events = run(CODING, "parallel", 2, tmp_path)
     helper, entry = (next(r for r in policy.requests if agent_of(r) == i) for i in (0, 1))
     assert [m["role"] for m in helper.messages] == ["system", "user", "assistant"]
     assert [m["role"] for m in entry.messages] == ["system", "user", "assistant"]
-    # the helper author's reply is begun with its problem posed for `aux`: it writes the body
+    head = "```python\ndef {}(numbers: List[float], threshold: float) -> bool:\n    \"\"\""
+    helper_begun, begun = helper.messages[-1]["content"], entry.messages[-1]["content"]
+    assert helper_begun.startswith(head.format("aux"))
+    assert begun.startswith(head.format("has_close_elements"))
+    # each ends with its one-line docstring: what follows is the model's
+    for opening in (helper_begun, begun):
+        assert opening.endswith('"""\n') and opening.count("\n") == 3
+    # the agent's answer is the begun reply and what its model wrote after it, streamed as one
+    step = next(s for s in result.steps if s["agent"] == 1)
+    assert step["text"] == begun + code_reply(entry)
+    streamed = "".join(e["text"] for e in events if e["event"] == "token" and e["agent"] == 1)
+    assert streamed == step["text"]
+    # an agent that writes the whole answer alone starts with its function's head too: the
+    # problem as posed (its signature and docstring), the same start for every shape
+    for shape, size in (("single", 1), ("naive_concat", 2)):
+        _, other, _ = run(CODING, shape, size, tmp_path / shape)
+        openings = [r.messages[-1] for r in other.requests]
+        assert all(m["role"] == "assistant" for m in openings)
+        assert {m["content"] for m in openings} == {
+            "```python\n" + CODING.prompt.strip("\n") + "\n"
+        }
+
+
+def test_the_scaffolded_shape_writes_the_helpers_call_and_the_helpers_problem(tmp_path):
+    """The named option the default team does not use: the environment begins the helper
+    author's reply with the problem posed for `aux` and the entry author's with the call."""
+    result, policy, _ = run(CODING, "scaffolded", 2, tmp_path)
+    helper, entry = (next(r for r in policy.requests if agent_of(r) == i) for i in (0, 1))
     assert (
         helper.messages[-1]["content"]
         == "```python\n"
@@ -403,44 +442,32 @@ def test_each_coding_reply_is_begun_by_the_environment_and_the_entrys_with_the_c
     begun = entry.messages[-1]["content"]
     assert begun.startswith("```python\ndef has_close_elements(numbers: List[float], threshold")
     assert begun.endswith('"""\n    result = aux(numbers, threshold)\n    return')
-    # the agent's answer is the begun reply and what its model wrote after it, streamed as one
-    step = next(s for s in result.steps if s["agent"] == 1)
-    assert step["text"] == begun + code_reply(entry)
-    streamed = "".join(e["text"] for e in events if e["event"] == "token" and e["agent"] == 1)
-    assert streamed == step["text"]
     assert "result = aux(numbers, threshold)" in result.output  # the combined module calls aux
-    # an agent that writes the whole answer alone starts where the team starts: the problem as
-    # posed (its signature and docstring), the same start for every shape
-    for shape, size in (("single", 1), ("naive_concat", 2)):
-        _, other, _ = run(CODING, shape, size, tmp_path / shape)
-        openings = [r.messages[-1] for r in other.requests]
-        assert all(m["role"] == "assistant" for m in openings)
-        assert {m["content"] for m in openings} == {
-            "```python\n" + CODING.prompt.strip("\n") + "\n"
-        }
 
 
 def test_a_helper_reply_begins_with_its_problem_only_where_the_function_is_still_to_write():
     from agents.tasks import user_coding_task
 
-    def helper_start(prompt):
-        return team_roles(user_coding_task(prompt), "parallel", 2)[0].reply_start
+    def helper_start(prompt, shape="scaffolded"):
+        return team_roles(user_coding_task(prompt), shape, 2)[0].reply_start
 
     bare = "# rotate a list by k places\ndef rotate(items, k):\n"
     assert helper_start(bare) == "```python\n# rotate a list by k places\ndef aux(items, k):\n"
     documented = 'import math\n\ndef area(r):\n    """Area of a circle."""\n'
     assert helper_start(documented) == "```python\n" + documented.replace("area(", "aux(")
-    # a problem that already has a body is not continued: the contract's stub head instead
+    # a problem that already has a body is not continued: the contract's stub head instead,
+    # which is where the default team's helper author always begins
     written = 'def rotate(items, k):\n    """Rotate."""\n    return items\n'
-    assert helper_start(written) == (
-        '```python\ndef aux(items, k):\n    """The core computation of `rotate`: Rotate."""\n'
-    )
+    stub = '```python\ndef aux(items, k):\n    """The core computation of `rotate`: Rotate."""\n'
+    assert helper_start(written) == helper_start(written, "parallel") == stub
+    assert helper_start(documented, "parallel").startswith("```python\ndef aux(r):\n")
 
 
-def test_the_helper_sees_the_problem_posed_for_aux_with_its_prose_unchanged():
+def test_the_scaffolded_helper_sees_the_problem_posed_for_aux_with_its_prose_unchanged():
     """HumanEval/12's entry point is a word ("longest"): only its definition and calls are
     renamed, not "return the longest one" in the docstring."""
-    helper = team_roles(humaneval_task(12), "parallel", 2)[0]
+    assert team_roles(humaneval_task(12), "parallel", 2)[0].problem is None  # as posed
+    helper = team_roles(humaneval_task(12), "scaffolded", 2)[0]
     assert "def aux(strings: List[str]) -> Optional[str]:" in helper.problem
     assert (
         "return the longest one" in helper.problem
