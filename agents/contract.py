@@ -57,8 +57,8 @@ SCAFFOLD_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n    result = {ca
 # contract's one-line docstring), and what it writes after it: nothing of the agent's code
 REPLY_BODIES = {"helper": "\n", "helper2": "\n", "entry": "\n"}
 # the roles that write the whole answer alone (`single`'s, and each of `naive_concat`'s): their
-# replies begin with the problem as posed, as the helper author's does with it posed for `aux`,
-# so that a baseline starts where the team starts (its signature and docstring not rewritten)
+# replies begin with the problem as posed: the head of the function they own, as a team agent's
+# begins with its own function's head (no shape rewrites a signature and docstring it was given)
 SOLVERS = ("solo", "coder")
 # the one-line docstring of each role's function in the stubs
 STUB_PURPOSES = {
@@ -165,12 +165,12 @@ def coding_reply_start(
 
 
 def helper_reply_start(problem: str, helper: str = "aux") -> str:
-    """The helper author's reply begun with its whole problem, posed for `helper` (imports, the
-    signature, the problem's docstring with its examples), when that problem ends with the
-    helper's function still to write: a docstring and no body, or a bare signature. The model
-    then writes only the body, as it would complete the original problem (the team's critical
-    path loses the docstring the helper used to copy). "" otherwise (`coding_reply_start` then
-    begins it with the contract's stub head)."""
+    """A reply begun with its whole problem, posed for `helper` (imports, the signature, the
+    problem's docstring with its examples), when that problem ends with the function `helper`
+    still to write: a docstring and no body, or a bare signature. The model then writes only the
+    body. Used for the agents that write the whole answer alone (`helper` is the entry point) and
+    for the scaffolded helper author (its problem renamed for `aux`). "" otherwise
+    (`coding_reply_start` then begins the reply with the contract's stub head)."""
     try:
         tree, bare = parse(problem), False
     except SyntaxError:

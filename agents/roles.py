@@ -63,9 +63,9 @@ PROMPTS: dict[str, str] = {
         "below. Write the whole function, with any imports or helper functions it needs. "
         + CODE_FORMAT
     ),
-    # the helper author is asked as a single programmer is (with its problem posed for `aux`):
-    # with the team-role wording the untrained team passed 20 of 32 held-out problems, with this
-    # one 25 (single: 26; docs/EVALUATION.md)
+    # the helper author is asked as a single programmer is: with the team-role wording the
+    # scaffolded untrained team passed 20 of 32 held-out problems, with this one 25 (single: 26;
+    # docs/EVALUATION.md)
     "helper": (
         "You are an expert Python programmer. Complete the function `aux` for the problem "
         "below. Write the whole function, with any imports or helper functions it needs. You "
@@ -338,8 +338,9 @@ class Role:
     # that is a teammate's (its heading line), rather than write it twice
     stop: tuple[str, ...] = ()
     # the opening of this agent's reply, written by the environment; the model continues it
-    # (a coding helper's: its problem posed for `aux`; the entry author's: its function's head,
-    # the helper's call and `return`; a long-form writer's: its first section's heading)
+    # (a coding agent's: the head of the function it owns, signature and docstring; scaffolded,
+    # the helper's is its problem posed for `aux` and the entry author's goes on with the call
+    # and `return`; a long-form writer's: its first section's heading)
     reply_start: str = ""
 
 

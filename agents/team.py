@@ -373,12 +373,10 @@ def discussion_graph(team: Team):
 
 
 GRAPHS = {
-    "parallel": parallel_graph,
-    "single": parallel_graph,
-    "naive_concat": parallel_graph,
+    **dict.fromkeys(("parallel", "single", "naive_concat"), parallel_graph),
     "sequential_pipeline": sequential_graph,
     "one_round_discussion": discussion_graph,
-    "scaffolded": parallel_graph,
+    "scaffolded": parallel_graph,  # parallel, with the environment's scaffold in the roles
 }
 
 

@@ -179,8 +179,8 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
         for arg in n.args
     )
     # a call whose value is thrown away: a bare statement, or stored in names not read before
-    # they are stored again (the entry author's begun reply holds `result = aux(...)`; solving
-    # alone after it, even into a new `result`, is no use of the helper)
+    # they are stored again (the scaffolded entry author's begun reply holds `result = aux(...)`;
+    # solving alone after it, even into a new `result`, is no use of the helper)
     dropped = {
         id(n.value)
         for n in ast.walk(function)
