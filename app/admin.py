@@ -65,6 +65,7 @@ class AdminTab:
         status = [
             self.training.learner_md,
             self.training.progress,
+            self.training.cancel,
             self.evaluation.eval_msg,
             self.seen_run,
         ]
@@ -97,13 +98,15 @@ class AdminTab:
 
     def refresh_all(self, admin_ok: bool):
         if not admin_ok:
-            return [gr.skip()] * 11
+            return [gr.skip()] * 12
         text, bar = learner_status(self.ctx)
+        key = self.run_key()
         return [
             text,
             bar,
+            gr.update(visible=key[1] == "running"),
             self.evaluation.eval_status(),
-            self.run_key(),
+            key,
             *dashboard_values(self.ctx),
             gr.update(choices=report_choices(self.ctx)),
         ]
@@ -112,14 +115,16 @@ class AdminTab:
         """The timer: the learner's status every tick; the rest when a run, the registry or an
         evaluation changed state."""
         if not admin_ok:
-            return [gr.skip()] * 11
+            return [gr.skip()] * 12
         text, bar = learner_status(self.ctx)
         key = self.run_key()
+        cancel = gr.update(visible=key[1] == "running")  # the cancel button only while running
         if key == seen:
-            return [text, bar, self.evaluation.eval_status(), key, *[gr.skip()] * 7]
+            return [text, bar, cancel, self.evaluation.eval_status(), key, *[gr.skip()] * 7]
         return [
             text,
             bar,
+            cancel,
             self.evaluation.eval_status(),
             key,
             *dashboard_values(self.ctx),

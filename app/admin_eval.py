@@ -12,7 +12,7 @@ import store
 from agents.roles import SHAPES
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
-from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError
+from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, eval_tasks
 from learner.evalworker import EvalWorker
 from learner.registry import serving_adapters
 
@@ -51,7 +51,11 @@ class EvalPanel:
                 ["coding", "writing"], value="coding", label="Task", elem_id="admin-eval-task"
             )
             self.eval_set = gr.Dropdown(
-                ["xsum", "abstracts"], value="xsum", label="Writing set", elem_id="admin-eval-set"
+                ["xsum", "abstracts"],
+                value="xsum",
+                label="Writing set",
+                interactive=False,  # for writing only (the task's choice switches it on)
+                elem_id="admin-eval-set",
             )
             self.eval_limit = gr.Number(
                 3, label="Tasks", precision=0, minimum=1, elem_id="admin-eval-limit"
@@ -89,6 +93,9 @@ class EvalPanel:
         )
 
     def wire(self, admin_ok: gr.State) -> None:
+        self.eval_task.change(
+            lambda task: gr.update(interactive=task == "writing"), self.eval_task, self.eval_set
+        )
         self.launch_eval.click(
             self.start_eval,
             [
@@ -153,7 +160,22 @@ class EvalPanel:
         except (EvalError, ValueError) as e:
             return f"⚠ Not launched: {e}"
         gr.Info("Evaluation launched")
-        return job.status()
+        return f"{job.status()}\n\n{self.estimate(config)}"
+
+    def estimate(self, config: EvalConfig) -> str:
+        """How long the run should take: its episodes at the median time of the last 50 episodes
+        of the same kind in this store (none yet: the count alone)."""
+        total = len(eval_tasks(config)) * config.samples * len(config.shapes) * len(config.variants)
+        with store.open_db(self.ctx.db_path) as db:
+            done = store.list_episodes(db, store.EpisodeFilter(task_kind=config.task, status="ok"))
+        times = sorted(e["wall_time_s"] for e in done if e["wall_time_s"])
+        if not times:
+            return f"{total} episodes to run."
+        median = times[len(times) // 2]
+        return (
+            f"{total} episodes to run: about {total * median / 60:.0f} min at {median:.0f} s an "
+            "episode (the median of this app's recent episodes; one at a time)."
+        )
 
     def open_report(self, admin_ok: bool, name: str | None):
         require(admin_ok)

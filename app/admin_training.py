@@ -129,13 +129,16 @@ class TrainingPanel:
             self.steps = gr.Number(
                 args.steps,
                 label="Steps",
+                info="each step samples the team, scores it and updates every agent once",
                 precision=0,
                 minimum=1,
                 elem_id="admin-steps",
             )
             self.group_size = gr.Number(
                 args.magrpo.group_size,
-                label="Group size G",
+                label="Answers per task (group size G)",
+                info="the team answers each task G times; each answer is judged against "
+                "the group's mean",
                 precision=0,
                 minimum=2,
                 elem_id="admin-group-size",
@@ -143,6 +146,7 @@ class TrainingPanel:
             self.tasks_per_step = gr.Number(
                 args.magrpo.tasks_per_step,
                 label="Tasks per step",
+                info="training problems drawn per step (train split only)",
                 precision=0,
                 minimum=1,
                 elem_id="admin-tasks-per-step",
@@ -151,6 +155,7 @@ class TrainingPanel:
             self.train_tokens = gr.Number(
                 args.magrpo.max_new_tokens,
                 label="Tokens per agent",
+                info="the most each agent may write per answer",
                 precision=0,
                 minimum=16,
                 elem_id="admin-train-tokens",
@@ -165,6 +170,7 @@ class TrainingPanel:
             self.gate_tasks = gr.Number(
                 args.gate.tasks,
                 label="Gate: validation tasks",
+                info="problems the new version must do better on before it serves",
                 precision=0,
                 minimum=1,
                 elem_id="admin-gate-tasks",
@@ -178,14 +184,16 @@ class TrainingPanel:
             self.joint_mode = gr.Dropdown(
                 list(JOINT_MODES),
                 value=args.magrpo.joint_mode,
-                label="Joint samples (aligned: sample g of each agent together; cross: every mix "
-                "of the agents' samples, each credited for its own part; one turn)",
+                label="How answers are combined",
+                info="aligned: agent answers of the same sample form one team answer; cross: "
+                "every mix of the agents' answers, each agent credited for its own part (one turn)",
                 elem_id="admin-joint-mode",
             )
         with gr.Row():
             self.retrain = gr.Button("Retrain now", variant="primary", elem_id="admin-retrain")
+            # shown only while a run is running (the admin tab's timer keeps it current)
             self.cancel = gr.Button(
-                "Cancel the running run", variant="stop", elem_id="admin-cancel"
+                "Cancel the running run", variant="stop", visible=False, elem_id="admin-cancel"
             )
         self.learner_msg = gr.Markdown(elem_id="admin-learner-msg")
         self.runs = gr.Dataframe(headers=RUN_COLUMNS, interactive=False, elem_id="admin-runs")

@@ -288,6 +288,9 @@ def test_admin_is_refused_without_the_password_and_opens_with_it(app, page):
     page.locator("#admin-unlock").click()
     expect(panel).to_be_visible()
     expect(page.locator("#admin-learner-status")).to_contain_text("Serving:")
+    expect(page.locator("#admin-cancel")).to_be_hidden()  # nothing runs: nothing to cancel
+    # the writing set is a choice for writing tasks only
+    expect(page.locator("#admin-eval-set input")).to_be_disabled()
     screenshot(page, "admin")
 
 
@@ -337,6 +340,7 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, m
     expect(page.locator("#admin-learner-msg")).to_contain_text("Training run")
     bar = page.locator("#admin-progress-bar")
     expect(bar).to_have_attribute("data-state", "running", timeout=30_000)
+    expect(page.locator("#admin-cancel")).to_be_visible(timeout=30_000)
     screenshot(page, "admin-training")
     expect(bar).to_have_attribute("data-state", re.compile("ok|failed|cancelled"), timeout=1_200_000)  # fmt: skip
     with store.open_db(app.db) as db:
