@@ -185,19 +185,20 @@ class ResultsArea:
 
     def wire(self) -> None:
         """The rating buttons' events, each named in the HTTP API (`/cocode_score`, …)."""
+        # a saved thumb stays pressed (and its opposite not) until the next episode
         for i, (up, down) in enumerate(self.agent_thumbs):
             for button, value, way in ((up, 1, "up"), (down, -1, "down")):
                 button.click(
                     self.thumbs(value, agent=i),
                     self.episode_id,
-                    self.rating_status,
+                    [self.rating_status, up, down],
                     api_name=self.api(f"agent{i + 1}-thumbs-{way}"),
                 )
         for button, value, way in ((self.result_up, 1, "up"), (self.result_down, -1, "down")):
             button.click(
                 self.thumbs(value),
                 self.episode_id,
-                self.rating_status,
+                [self.rating_status, self.result_up, self.result_down],
                 api_name=self.api(f"thumbs-{way}"),
             )
         self.save_score.click(
@@ -240,6 +241,12 @@ class ResultsArea:
             *self.ab_views,
             self.vote_row,
             self.vote_status,
+            *self.thumb_buttons(),
+        ]
+
+    def thumb_buttons(self) -> list:
+        return [
+            b for pair in [*self.agent_thumbs, (self.result_up, self.result_down)] for b in pair
         ]
 
     def reset_view(self, runs: list[TeamRun], ab: bool) -> dict:
@@ -252,6 +259,7 @@ class ResultsArea:
             self.rating_status: "",
             self.vote_row: gr.update(visible=False),
             self.vote_status: "",
+            **{button: gr.update(variant="secondary") for button in self.thumb_buttons()},
         }
         if ab:
             for view in self.ab_views:
@@ -323,11 +331,15 @@ class ResultsArea:
             f"agent {agent + 1}'s part" if agent is not None else "the result"
         )
 
-        def rate(episode_id: int | None, request: gr.Request) -> str:
+        def rate(episode_id: int | None, request: gr.Request):
             rater = rating.rater_of(request)
-            return rating.save_rating(
+            saved = rating.save_rating(
                 self.ctx, episode_id, "thumbs", what, rater, value=value, agent=agent
             )
+            if not saved.startswith("✓"):
+                return saved, gr.skip(), gr.skip()
+            pressed = {True: gr.update(variant="primary"), False: gr.update(variant="secondary")}
+            return saved, pressed[value > 0], pressed[value < 0]
 
         return rate
 

@@ -48,6 +48,14 @@ def save_rating(
     identity, session = rater or (None, None)
     try:
         with store.open_db(ctx.db_path) as db:
+            replaced = store.has_verdict(
+                db,
+                identity,
+                episode_id,
+                kind,
+                fields.get("agent"),
+                fields.get("other_episode_id"),
+            )
             rating_id = store.add_rating(
                 db,
                 episode_id,
@@ -62,6 +70,8 @@ def save_rating(
         return refuse(str(e))
     gr.Info(f"Saved rating #{rating_id}")
     saved = f"✓ Saved rating #{rating_id}: {what} (episode {episode_id})."
+    if replaced:
+        saved += " It replaces your earlier one."
     if not counts:
         limits = ctx.rating_limits
         saved += (

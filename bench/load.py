@@ -148,6 +148,8 @@ def user(url: str, index: int, args, t0: float) -> dict:
             outputs = client.predict(**run_form, api_name=f"/{tab}_run")
             attempt = {"at_s": round(start - t0, 1), "seconds": round(time.monotonic() - start, 1)}
             thumbs = client.predict(api_name=f"/{tab}_thumbs_up")
+            if isinstance(thumbs, tuple | list):  # the message, then the thumbs' pressed states
+                thumbs = thumbs[0]
             if SAVED.search(thumbs):  # the page let the user rate: the episode finished
                 attempt["outcome"] = "completed"
                 record["attempts"].append(attempt)

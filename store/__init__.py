@@ -65,6 +65,7 @@ from store.ratings import (
     InvalidRating,
     RatingLimits,
     add_rating,
+    has_verdict,
     preference_pairs,
     ratings_toward_schedule,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "adapter_name",
     "answers_before_after",
     "add_rating",
+    "has_verdict",
     "RatingLimits",
     "ratings_toward_schedule",
     "add_turn",

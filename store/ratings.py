@@ -124,18 +124,35 @@ def add_rating(
         return db["ratings"].insert(row).last_pk
 
 
+_SAME_VERDICT = """rater = ? AND kind = ? AND agent IS ? AND (
+    (episode_id = ? AND other_episode_id IS ?) OR (episode_id = ? AND other_episode_id = ?))"""
+
+
+def has_verdict(
+    db: Database,
+    rater: str | None,
+    episode_id: int,
+    kind: str,
+    agent: int | None = None,
+    other_episode_id: int | None = None,
+) -> bool:
+    """Whether `rater` has already rated the same thing (what a new rating would replace)."""
+    if rater is None:
+        return False  # ratings with no rater (scripts, the CLI) are each their own
+    pair = (episode_id, other_episode_id)
+    params = [rater, kind, agent, *pair, *reversed(pair)]
+    return bool(db.execute(f"SELECT 1 FROM ratings WHERE {_SAME_VERDICT}", params).fetchone())
+
+
 def _collapse_duplicates(
     db: Database, rater: str | None, episode_id: int, kind: str, agent, other_episode_id
 ) -> None:
     """Delete the rater's earlier verdict on the same thing."""
     if rater is None:
-        return  # ratings with no rater (scripts, the CLI) are each their own
+        return
     pair = (episode_id, other_episode_id)
     db.execute(
-        """
-        DELETE FROM ratings WHERE rater = ? AND kind = ? AND agent IS ? AND (
-            (episode_id = ? AND other_episode_id IS ?) OR (episode_id = ? AND other_episode_id = ?))
-        """,
+        f"DELETE FROM ratings WHERE {_SAME_VERDICT}",
         [rater, kind, agent, *pair, *reversed(pair)],
     )
 

@@ -170,19 +170,25 @@ def test_co_code_episode_streams_and_its_ratings_land_in_the_database(app, page)
 
     page.locator("#cocode-agent-0-up").click()
     expect(page.locator("#cocode-rating-status")).to_contain_text("Saved rating")
+    pressed = re.compile(r"\bprimary\b")  # a saved thumb stays pressed, its opposite not
+    expect(page.locator("#cocode-agent-0-up")).to_have_class(pressed)
+    expect(page.locator("#cocode-agent-0-down")).not_to_have_class(pressed)
     page.locator("#cocode-result-up").click()
     expect(page.locator("#cocode-rating-status")).to_contain_text("thumbs up on the result")
     page.locator("#cocode-score label", has_text="4").click()
     page.locator("#cocode-comment textarea").fill("Uses the helper; clear names.")
     page.locator("#cocode-save-score").click()
     expect(page.locator("#cocode-rating-status")).to_contain_text("your comment")
+    page.locator("#cocode-score label", has_text="5").click()  # a second score replaces the first
+    page.locator("#cocode-save-score").click()
+    expect(page.locator("#cocode-rating-status")).to_contain_text("replaces your earlier")
     screenshot(page, "co-code-rated")
 
     got = [(r["kind"], r["agent"], r["value"], r["text"]) for r in ratings_of(app.db, episode_id)]
     assert got == [
         ("thumbs", 0, 1.0, None),
         ("thumbs", None, 1.0, None),
-        ("score", None, 4.0, None),
+        ("score", None, 5.0, None),  # the second score, in place of the first
         ("comment", None, None, "Uses the helper; clear names."),
     ]
     with store.open_db(app.db) as db:

@@ -201,11 +201,18 @@ def test_preference_pairs_from_every_kind_of_rating(db):
 
 def test_a_raters_new_verdict_replaces_the_old_one(db, episodes):
     a, b = episodes["a"], episodes["b"]
+    assert not store.has_verdict(db, "ip:1", a, "thumbs")
     store.add_rating(db, a, "thumbs", value=1, rater="ip:1")
+    # what the page says "replaces your earlier one" for, and only that
+    assert store.has_verdict(db, "ip:1", a, "thumbs")
+    assert not store.has_verdict(db, "ip:2", a, "thumbs")
+    assert not store.has_verdict(db, "ip:1", a, "thumbs", agent=0)
+    assert not store.has_verdict(db, None, a, "thumbs")
     latest = store.add_rating(db, a, "thumbs", value=-1, rater="ip:1")
     store.add_rating(db, a, "thumbs", value=1, rater="ip:2")  # someone else: its own rating
     store.add_rating(db, a, "thumbs", value=1, rater="ip:1", agent=0)  # another thing rated
     store.add_rating(db, a, "pairwise", other_episode_id=b, choice="left", rater="ip:1")
+    assert store.has_verdict(db, "ip:1", b, "pairwise", other_episode_id=a)  # either order
     vote = store.add_rating(db, b, "pairwise", other_episode_id=a, choice="tie", rater="ip:1")
     thumbs = [(r["rater"], r["agent"], r["value"]) for r in store.get_episode(db, a)["ratings"]]
     assert thumbs[:3] == [("ip:1", None, -1.0), ("ip:2", None, 1.0), ("ip:1", 0, 1.0)]

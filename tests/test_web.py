@@ -31,8 +31,8 @@ from tests.scripted import ScriptedPolicy
 # what the helper and the entry author write after the function heads that begin their replies
 HELPER = "    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n```"
 ENTRY = (
-    " result if len(numbers) > 1 else False  # with fewer than two numbers there is no pair,"
-    " so no close pair either\n```"
+    "    return aux(numbers, threshold) if len(numbers) > 1 else False  # with fewer than two"
+    " numbers there is no pair\n```"
 )
 SOLO = (
     "```python\ndef has_close_elements(numbers, threshold):\n    s = sorted(numbers)\n"
@@ -47,7 +47,7 @@ def reply(request) -> str:
     if "helper function `aux`" in system:
         return HELPER
     if "Python" in system:
-        if begun.endswith("    return"):  # the entry author, after the call of `aux`
+        if "main-function author" in system:  # after its function's head: it calls `aux`
             return ENTRY
         return HELPER if begun else SOLO  # one agent, after the problem as posed: the body
     return " ".join(f"w{k}" for k in range(45)) + "."
@@ -233,8 +233,10 @@ def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
     assert "episode" in page[view.status] and "tokens" in page[view.status]
 
     # ratings: thumbs on an agent and on the result, a score with a comment, an edit
-    assert "Saved rating #1" in view.thumbs(1, agent=1)(episode_id, None)
-    assert "Saved rating #2" in view.thumbs(-1)(episode_id, None)
+    saved, up, down = view.thumbs(1, agent=1)(episode_id, None)
+    assert "Saved rating #1" in saved
+    assert (up["variant"], down["variant"]) == ("primary", "secondary")  # the pressed thumb
+    assert "Saved rating #2" in view.thumbs(-1)(episode_id, None)[0]
     saved = view.rate_score(episode_id, "4", "uses the helper well", None)
     assert "#3" in saved and "#4" in saved
     assert "same as the team's" in view.rate_edit(episode_id, page[view.result], None)
