@@ -14,6 +14,8 @@ import gradio as gr
 import store
 from agents.roles import SHAPES
 from app.context import AppContext
+from app.cowork_results import display_code
+from app.live import EPISODE_STATES
 
 PAGE_SIZE = 20
 COLUMNS = [
@@ -31,6 +33,22 @@ COLUMNS = [
     "reward",
     "ratings",
     "score",
+]
+COLUMN_WIDTHS = [
+    "4%",
+    "9%",
+    "20%",
+    "6%",
+    "8%",
+    "4%",
+    "10%",
+    "7%",
+    "4%",
+    "6%",
+    "5%",
+    "6%",
+    "5%",
+    "6%",
 ]
 RATING_FILTERS = {
     "any": {},
@@ -103,7 +121,7 @@ def episode_rows(
                 e["shape"],
                 e["team_size"],
                 ", ".join(store.version_label(v) for v in e["adapter_versions"]),
-                e["status"],
+                EPISODE_STATES.get(e["status"], e["status"]),
                 e["turn_count"],
                 round(e["wall_time_s"], 1) if e["wall_time_s"] is not None else None,
                 e["completion_tokens"],
@@ -141,7 +159,8 @@ def episode_markdown(episode: dict) -> str:
     source = task["source"] + (f" {task['source_id']}" if task.get("source_id") else "")
     lines = [
         f"### Episode {episode['id']} · {kind} · {episode['shape']} · "
-        f"{episode['team_size']} agent(s) · {episode['status']}",
+        f"{episode['team_size']} agent(s) · "
+        f"{EPISODE_STATES.get(episode['status'], episode['status'])}",
         f"Started {episode['started_at'][:19].replace('T', ' ')} UTC · "
         f"{episode['turn_count']} turn(s) · "
         + (f"{episode['wall_time_s']:.1f} s · " if episode["wall_time_s"] is not None else "")
@@ -170,7 +189,9 @@ def episode_markdown(episode: dict) -> str:
             + observation_markdown(turn["observation"])
             + "\n\n</details>\n"
         )
-        lines.append(fenced(turn["completion"], language))
+        # an agent's code without its own ``` fence lines (inside ours they would show as text)
+        text = display_code(turn["completion"]) if kind == "coding" else turn["completion"]
+        lines.append(fenced(text, language))
     lines += ["#### Result", fenced(episode["final_output"] or "(none)", language)]
     if episode["rewards"]:
         table = [f"| {k} | {v:.3f} |" for k, v in sorted(episode["rewards"].items())]
@@ -234,7 +255,7 @@ class HistoryTab:
                 ["any"], value="any", label="Adapter version", elem_id="history-adapter"
             )
             self.status = gr.Dropdown(
-                ["any", "ok", "failed", "running"],
+                [("any", "any"), *[(words, state) for state, words in EPISODE_STATES.items()]],
                 value="any",
                 label="Status",
                 elem_id="history-status",
@@ -244,7 +265,11 @@ class HistoryTab:
             )
         self.page = gr.State(0)
         self.table = gr.Dataframe(
-            headers=COLUMNS, interactive=False, wrap=True, elem_id="history-table"
+            headers=COLUMNS,
+            interactive=False,
+            wrap=True,
+            column_widths=COLUMN_WIDTHS,  # every column on screen at 1400 px; the task wraps
+            elem_id="history-table",
         )
         with gr.Row():
             self.previous = gr.Button("← newer", size="sm", elem_id="history-prev")

@@ -32,6 +32,16 @@ from learner.rewards import score_episode
 log = logging.getLogger(__name__)
 
 
+# One vocabulary for an episode on the live page and in History: its state as stored (was it run
+# to the end and recorded), and whether the team's result passed the environment's check (the
+# tests; a writing team's length and structure checks).
+EPISODE_STATES = {"ok": "finished", "failed": "failed", "running": "running"}
+
+
+def result_words(success: bool) -> str:
+    return "finished, passed" if success else "finished, not passed"
+
+
 @dataclass(frozen=True)
 class TeamRun:
     """One team on one task: what `run_episode` is called with."""
@@ -152,7 +162,7 @@ class LiveEpisode:
             return f"✗ {who} failed after {cost}: {self.error}"
         if self.result is None:
             return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
-        verdict = "✓ done" if self.result.success else "⚠ not done"
+        verdict = f"{'✓' if self.result.success else '⚠'} {result_words(self.result.success)}"
         turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
         parts = [f"{verdict}: {who} ({team}) · {turns} · {cost}"]
         if self.tests is not None:

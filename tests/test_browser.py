@@ -38,7 +38,7 @@ FLAGS = [
 ]  # fmt: skip
 PASSWORD = "correct horse battery staple"
 EPISODE_TIMEOUT_MS = 300_000  # two agents on a shared 2-core CPU
-FINISHED = re.compile(r"✓ done|⚠ not done|✗")
+FINISHED = re.compile(r"✓ finished|⚠ finished|✗")
 
 if not Path(CHROMIUM).exists():
     pytest.skip(
@@ -243,6 +243,11 @@ def test_history_lists_filters_and_opens_an_episode(app, page):
     open_tab(page, "History")
     page.locator("#history-refresh").click()
     expect(page.locator("#history-page")).to_contain_text("episode")
+    expect(page.locator("#history-table")).to_contain_text("finished")  # the live page's word
+    width = page.viewport_size["width"]
+    for column in ("status", "reward", "score"):  # every column on screen, none scrolled off
+        box = page.locator("#history-table th", has_text=column).first.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width, (column, box, width)
     with store.open_db(app.db) as db:  # the episodes the tests above ran
         newest = store.list_episodes(db, limit=1)[0]["id"]
     set_number(page, "history-episode", newest)

@@ -157,7 +157,7 @@ def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
     assert episode.tests.passed == episode.tests.total == 7
     assert episode.reward is not None and episode.tokens > 0
     assert any(text and not done for text, done in views), "tokens were shown before the end"
-    assert "✓ done" in episode.status() and "tests 7/7 passed" in episode.status()
+    assert "✓ finished, passed" in episode.status() and "tests 7/7 passed" in episode.status()
     with store.open_db(ctx.db_path) as db:
         saved = store.get_episode(db, episode.episode_id)
     assert saved["status"] == "ok" and saved["reward"] == pytest.approx(episode.reward)
@@ -346,6 +346,8 @@ def test_history_filters_and_the_full_episode(ctx):
     assert f"Episode {episode_id}" in text and "What the agent saw" in text
     assert "helper-function author" in text  # agent 0's observation
     assert "sorted(numbers)" in text and "score 5/5" in text
+    assert "\n```python\n```python" not in text  # an agent's code shows without its own fences
+    assert "| finished |" not in text and "· finished" in text  # the live page's words
     assert "no episode 999" in history.open_episode(999)
     # numbers a store cannot hold get a message, not an OverflowError
     assert "between 1 and" in history.open_episode(2**63)
