@@ -177,16 +177,27 @@ class CoworkTab:
                         elem_id=self.id("adapters-b"),
                     )
         with gr.Accordion(
-            "Roles: the agents' instructions (edit them to change how the team works)", open=False
+            "Roles: the agents' instructions (edit them to change how the team works)",
+            open=False,
+            elem_id=self.id("roles"),
         ):
             gr.Markdown(
                 "Braces are filled in per task: `{entry}` the function to write, `{n}` the team "
                 "size, `{helpers}` the helpers' names, `{document}` what is written, `{sections}` "
                 "the sections in order, `{words}` the target length."
             )
-            self.role_names = gr.State(role_layout(self.kind, first, "parallel", 2))
+            names = role_layout(self.kind, first, "parallel", 2)
+            self.role_names = gr.State(names)
+            # the first team's boxes are filled on first load, as a change of team fills them
             self.role_texts = [
-                gr.Textbox(lines=3, max_lines=8, visible=False, elem_id=self.id(f"role-{i}"))
+                gr.Textbox(
+                    PROMPTS[names[i]] if i < len(names) else "",
+                    label=f"agent {i + 1} · {names[i]}" if i < len(names) else None,
+                    lines=3,
+                    max_lines=8,
+                    visible=i < len(names),
+                    elem_id=self.id(f"role-{i}"),
+                )
                 for i in range(MAX_PANES)
             ]
         self.run_button = gr.Button("Run the team", variant="primary", elem_id=self.id("run"))

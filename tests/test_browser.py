@@ -153,6 +153,10 @@ def episode_id_in(status: str) -> int:
 
 def test_co_code_episode_streams_and_its_ratings_land_in_the_database(app, page):
     open_tab(page, "Co-code")
+    # on first load, the roles panel already holds the default team's role boxes
+    page.locator("#cocode-roles").get_by_text("Roles: the agents' instructions").click()
+    expect(page.locator("#cocode-role-0 textarea")).to_have_value(re.compile("helper-function"))
+    expect(page.locator("#cocode-role-1 textarea")).to_have_value(re.compile("main-function"))
     set_number(page, "cocode-max-tokens", 256)
     set_number(page, "cocode-temperature", 0)
     page.locator("#cocode-run").click()
