@@ -140,7 +140,7 @@ class EvalPanel:
         try:
             variants = {BASE_VARIANT: ()}
             with store.open_db(self.ctx.db_path) as db:
-                names = tuple(serving_adapters(db, self.ctx.max_agents))
+                names = tuple(serving_adapters(db, self.ctx.max_agents, task))
             if serving and any(names):
                 variants["serving"] = names
             config = EvalConfig(

@@ -89,7 +89,7 @@ def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dic
 
     start_with_shipped(args.db, resolve_model(args.model), file=sys.stderr)  # stdout: the episode
     with open_db(args.db) as db:
-        serving = ensure_loaded(db, client, team_size(args.shape, args.agents))
+        serving = ensure_loaded(db, client, team_size(args.shape, args.agents), args.task)
     return {**{agent: name for agent, name in enumerate(serving) if name}, **named}
 
 

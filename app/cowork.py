@@ -352,7 +352,7 @@ class CoworkTab:
                 "retry; everything already saved is kept"
             )
         return [
-            replace(run, adapters=resolve_adapters(self.ctx, adapters, run.agents))
+            replace(run, adapters=resolve_adapters(self.ctx, adapters, run.agents, self.kind))
             for run, (_, adapters) in zip(runs, teams, strict=True)
         ]
 

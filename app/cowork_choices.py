@@ -147,13 +147,16 @@ def adapter_choices(ctx: AppContext) -> list[tuple[str, str]]:
     return choices
 
 
-def resolve_adapters(ctx: AppContext, choice: str, size: int) -> tuple[str | None, ...]:
-    """The server name each agent's requests go to, loading what the server lacks."""
+def resolve_adapters(
+    ctx: AppContext, choice: str, size: int, kind: str | None = None
+) -> tuple[str | None, ...]:
+    """The server name each agent's requests go to, loading what the server lacks; the serving
+    versions only where they were trained on `kind` of work (else the base model)."""
     if choice == "base":
         return (None,) * size
     with store.open_db(ctx.db_path) as db:
         if choice in ("serving", None, ""):  # checked at each episode: a promotion routes here
-            return tuple(ensure_loaded(db, ctx.client, size))
+            return tuple(ensure_loaded(db, ctx.client, size, kind))
         version = int(choice.removeprefix("v"))
         names = []
         for agent in range(size):

@@ -12,7 +12,7 @@ import gradio as gr
 import store
 from app.admin_login import PRIVATE
 from app.context import AppContext
-from learner.registry import adapter_name
+from learner.registry import adapter_name, adapter_source, trained_on
 
 CHANGE_COLUMNS = [
     "version",
@@ -78,17 +78,30 @@ def answered_by(ctx: AppContext, episode_id: int | None) -> str:
     if episode_id is None:
         return ""
     with store.open_db(ctx.db_path) as db:
-        versions = store.get_episode(db, episode_id)["adapter_versions"]
+        episode = store.get_episode(db, episode_id)
+        kind, active = episode["task"]["kind"], store.active_adapters(db)
         parts = []
-        for agent, version in enumerate(versions):
+        for agent, version in enumerate(episode["adapter_versions"]):
             if not version:
-                parts.append(f"agent {agent + 1}: base model")
+                other = trained_on(db, active[agent]) if agent in active else None
+                why = (
+                    f" (the serving version was trained on {other})"
+                    if other not in (None, kind)
+                    else ""
+                )
+                parts.append(f"agent {agent + 1}: base model{why}")
                 continue
             row = store.get_adapter(db, agent, version)
+            work = trained_on(db, row)
+            if adapter_source(row) == "shipped":
+                made = f"the shipped {work or ''} team".replace("  ", " ")
+            else:
+                made = f"trained here {row['created_at'][:16].replace('T', ' ')} UTC" + (
+                    f" on {work}" if work else ""
+                )
             learnt = row["metrics"].get("ratings_learnt")
             parts.append(
-                f"agent {agent + 1}: {adapter_name(agent, version)}, trained "
-                f"{row['created_at'][:16].replace('T', ' ')} UTC"
+                f"agent {agent + 1}: {adapter_name(agent, version)}, {made}"
                 + (f" from {learnt} rating(s)" if learnt else "")
             )
     return "Answered by " + "; ".join(parts) + "."

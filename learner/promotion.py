@@ -35,7 +35,7 @@ from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team import GREEDY, run_episode
 from learner.preference import PreferenceModel, run_preference_model
-from learner.registry import adapter_name, ensure_loaded, load_version, promote
+from learner.registry import adapter_name, ensure_loaded, load_version, promote, work_kind
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import Scored, add_preference, score_episode
 
@@ -283,7 +283,8 @@ def gate(
     weights = weights or RewardWeights()
     preference = run_preference_model(db_path, task_set, weights)
     with store.open_db(db_path) as db:
-        active = ensure_loaded(db, client, agents)
+        # the team serving this kind of work (a writing run is not judged against coders)
+        active = ensure_loaded(db, client, agents, work_kind(task_set))
         rows = {agent: store.get_adapter(db, agent, v) for agent, v in candidates.items()}
     for agent, row in rows.items():
         load_version(client, adapter_name(agent, row["version"]), row["path"])

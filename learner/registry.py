@@ -194,16 +194,45 @@ def load_version(client: PolicyClient, name: str, path: str) -> None:
         )
 
 
-def serving_adapters(db: Database, agents: int) -> list[str | None]:
-    """The server name each agent's new requests go to (None: the base model)."""
+def trained_on(db: Database, row: dict) -> str | None:
+    """The kind of work a version was trained on, "coding" or "writing", from its training run's
+    task (a shipped version: the run its card records); None when unknown (registered by hand)."""
+    task = None
+    if row.get("training_run_id") is not None:
+        try:
+            task = store.get_training_run(db, row["training_run_id"])["config"].get("task")
+        except store.NotFound:
+            task = None
+    elif card := row["metrics"].get("card"):
+        run = card.get("versions", {}).get(str(row["agent"]), {}).get("training_run") or {}
+        task = (run.get("config") or {}).get("task")
+    return None if task is None else work_kind(task)
+
+
+def work_kind(task_set: str) -> str:
+    """The kind of work a task set is: "coding", or "writing" (summaries, abstracts, articles)."""
+    return "coding" if task_set == "coding" else "writing"
+
+
+def serving_adapters(db: Database, agents: int, kind: str | None = None) -> list[str | None]:
+    """The server name each agent's new requests go to (None: the base model). With `kind`
+    ("coding" or "writing"), a version trained on the other kind of work is not used: that
+    agent runs the base model (a coding team does not write essays)."""
     active = store.active_adapters(db)
-    return [adapter_name(i, active[i]["version"]) if i in active else None for i in range(agents)]
+    return [
+        adapter_name(i, active[i]["version"])
+        if i in active and kind in (None, trained_on(db, active[i]) or kind)
+        else None
+        for i in range(agents)
+    ]
 
 
-def ensure_loaded(db: Database, client: PolicyClient, agents: int) -> list[str | None]:
+def ensure_loaded(
+    db: Database, client: PolicyClient, agents: int, kind: str | None = None
+) -> list[str | None]:
     """Load every active adapter the server lacks (after a restart or a promotion elsewhere);
-    return the serving names. Cheap when all are loaded."""
-    names = serving_adapters(db, agents)
+    return the serving names (`serving_adapters`). Cheap when all are loaded."""
+    names = serving_adapters(db, agents, kind)
     missing = [(a, n) for a, n in enumerate(names) if n and n not in client.loaded]
     if missing:  # the common case, all loaded by this client, asks the server nothing
         active = store.active_adapters(db)

@@ -55,7 +55,7 @@ from learner.magrpo import (
 )
 from learner.preference import PreferenceModel, run_preference_model
 from learner.promotion import GateSettings
-from learner.registry import adapter_name, ensure_loaded, publish_candidate
+from learner.registry import adapter_name, ensure_loaded, publish_candidate, work_kind
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
@@ -204,9 +204,11 @@ def train(
     # a unique name: a server shared with other databases may know "run-1" already
     scratch = runs_dir(db_path) / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
     with store.open_db(db_path) as db:
-        start_names = ensure_loaded(db, client, args.agents)  # a new server has none loaded
+        # the team serving this kind of work, loaded (a new server has none): a run on writing
+        # does not start from versions trained on coding
+        start_names = ensure_loaded(db, client, args.agents, work_kind(args.task))
         active = store.active_adapters(db)
-    start_from = {agent: row["path"] for agent, row in active.items() if agent < args.agents}
+    start_from = {agent: active[agent]["path"] for agent, name in enumerate(start_names) if name}
     if resumed:
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
     log.info("loading %s with %d LoRA adapters for training", base_model, args.agents)

@@ -61,6 +61,28 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
     assert "agent 2: base model" in said
 
 
+def test_the_answered_by_line_says_where_each_version_came_from_and_why_the_base(ctx):
+    card = {"versions": {"0": {"training_run": {"config": {"task": "coding"}}}}}
+    with store.open_db(ctx.db_path) as db:
+        store.register_adapter(db, 0, "/a/v1", metrics={"source": "shipped", "card": card})
+        store.activate_adapter(db, 0, 1)
+        run = store.start_training_run(db, "manual", config={"task": "coding"})
+        store.register_adapter(db, 1, "/b/v1", training_run_id=run)
+        coding, writing = (
+            store.create_task(db, "coding", "def f():"),
+            store.create_task(db, "writing", "Write about tides."),
+        )
+        coded = answer(db, coding, "code", [1, 1])
+        written = answer(db, writing, "text", [0, 0])
+    said = answered_by(ctx, coded)
+    assert "agent 1: agent0-v1, the shipped coding team" in said
+    assert "agent 2: agent1-v1, trained here" in said and "on coding" in said
+    # a writing episode runs the base model where the serving version was trained on coding
+    said = answered_by(ctx, written)
+    assert "agent 1: base model (the serving version was trained on coding)" in said
+    assert "agent 2: base model." in said  # agent 2 has no serving version: nothing to explain
+
+
 def test_the_panel_shows_nothing_until_the_admin_tab_is_unlocked(ctx):
     import gradio as gr
 

@@ -158,3 +158,23 @@ def test_a_rollback_the_server_refuses_leaves_the_store_as_it_was(db):
     with pytest.raises(PolicyError, match="agent0-v1"):
         registry.rollback(db, RefusingServer(), 0)
     assert states(db) == {1: "retired", 2: "active"}
+
+
+def test_a_version_serves_only_the_kind_of_work_it_was_trained_on(db):
+    """A team trained on coding answers Co-code; Co-write gets the base model for that agent
+    (and the page says why). A version whose training is unknown serves both kinds."""
+    run = store.start_training_run(db, "manual", config={"task": "coding"})
+    coder = store.register_adapter(db, 0, "adapters/agent0/v1", training_run_id=run)
+    card = {"versions": {"1": {"training_run": {"config": {"task": "summary"}}}}}
+    shipped = store.register_adapter(db, 1, "adapters/agent1/v1", metrics={"card": card})
+    by_hand = store.register_adapter(db, 2, "adapters/agent2/v1")
+    for row in (coder, shipped, by_hand):
+        store.activate_adapter(db, row["agent"], row["version"])
+    assert [registry.trained_on(db, r) for r in (coder, shipped, by_hand)] == [
+        "coding",
+        "writing",
+        None,
+    ]
+    assert registry.serving_adapters(db, 3, "coding") == ["agent0-v1", None, "agent2-v1"]
+    assert registry.serving_adapters(db, 3, "writing") == [None, "agent1-v1", "agent2-v1"]
+    assert registry.serving_adapters(db, 3) == ["agent0-v1", "agent1-v1", "agent2-v1"]
