@@ -30,6 +30,35 @@ def test_a_parse_waits_for_the_one_in_progress():
     assert done.is_set()
 
 
+def test_a_parse_that_meets_the_depth_mismatch_is_tried_again_with_the_collector_paused(
+    monkeypatch,
+):
+    import gc
+
+    real, seen = ast.parse, []
+
+    def flaky(source):
+        seen.append(gc.isenabled())
+        if len(seen) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=36, after=62)")
+        return real(source)
+
+    monkeypatch.setattr(agents.parsing.ast, "parse", flaky)
+    assert isinstance(parse("x = 1"), ast.Module)
+    assert seen == [False, False] and gc.isenabled()  # paused during each try, then back on
+    # another SystemError, or the error every time, is raised
+    monkeypatch.setattr(
+        agents.parsing.ast, "parse", lambda s: (_ for _ in ()).throw(SystemError("x"))
+    )
+    with pytest.raises(SystemError, match="x"):
+        parse("x = 1")
+    always = SystemError("AST constructor recursion depth mismatch")
+    monkeypatch.setattr(agents.parsing.ast, "parse", lambda s: (_ for _ in ()).throw(always))
+    with pytest.raises(SystemError, match="mismatch"):
+        parse("x = 1")
+    assert gc.isenabled()
+
+
 def test_no_module_parses_python_around_the_lock():
     direct = [
         str(path.relative_to(ROOT))
