@@ -362,7 +362,7 @@ def role_names(task: Task, shape: str, size: int) -> list[str]:
         if size > len(task.extra["outline"]):
             raise ValueError(f"{size} agents for {len(task.extra['outline'])} sections")
         return ["section_writer"] * size
-    return list(TEAMS["coding" if task.kind == "coding" else task.form][size])  # parallel, ...
+    return list(TEAMS["coding" if task.kind == "coding" else task.form][size])
 
 
 def team_roles(

@@ -94,7 +94,7 @@ def answered_by(ctx: AppContext, episode_id: int | None) -> str:
             row = store.get_adapter(db, agent, version)
             work = trained_on(db, row)
             if adapter_source(row) == "shipped":
-                made = f"the shipped {work or ''} team".replace("  ", " ")
+                made = f"the shipped {work} team" if work else "the shipped team"
             else:
                 made = f"trained here {row['created_at'][:16].replace('T', ' ')} UTC" + (
                     f" on {work}" if work else ""
