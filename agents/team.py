@@ -430,16 +430,23 @@ def make_team(
     roles = team_roles(task, shape, size, prompts)
     if turns < 1:
         raise ValueError(f"an episode has at least one turn, not {turns}")
+    return Team(task, shape, roles, team_adapters(adapters, size), sampling, turns, policy, checker)
+
+
+def team_adapters(
+    adapters: Sequence[str | None] | Mapping[int, str | None] | None, size: int
+) -> list[str | None]:
+    """Each agent's adapter name (None: the base model) from a list, an index -> name mapping
+    (a missing agent: the base model) or None (all base); raises ValueError on a mismatch."""
     if isinstance(adapters, Mapping):
         unknown = set(adapters) - set(range(size))
         if unknown:
             raise ValueError(f"adapters for agents {sorted(unknown)}, but the team has {size}")
-        names = [adapters.get(i) for i in range(size)]
-    else:
-        names = list(adapters) if adapters is not None else [None] * size
-        if len(names) != size:
-            raise ValueError(f"{len(names)} adapters for a team of {size}")
-    return Team(task, shape, roles, names, sampling, turns, policy, checker)
+        return [adapters.get(i) for i in range(size)]
+    names = list(adapters) if adapters else [None] * size
+    if len(names) != size:
+        raise ValueError(f"{len(names)} adapters for a team of {size}")
+    return names
 
 
 def run_episode(

@@ -28,8 +28,8 @@ def learner_status(ctx: AppContext) -> tuple[str, str]:
     with store.open_db(ctx.db_path) as db:
         runs = store.list_training_runs(db, limit=1)
         since = runs[0]["started_at"] if runs else ""
-        new_ratings = db["ratings"].count_where("created_at > ?", [since])
-        episodes = db["episodes"].count
+        new_ratings = store.count_ratings(db, since)
+        episodes = store.count_episodes(db)
         serving = serving_adapters(db, ctx.max_agents)
     run = runs[0] if runs else None
     lines = []

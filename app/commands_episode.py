@@ -97,15 +97,14 @@ def cmd_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from agents.feedback import checker_for
     from agents.models import ModelError
     from agents.policy import PolicyError
     from agents.roles import load_prompts
     from agents.server import ServerError
     from agents.tasks import find_task
-    from agents.team import GREEDY, Sampling, run_episode
+    from agents.team import GREEDY, Sampling
     from app.commands_serve import allow_weak_sandbox
-    from app.live import score
+    from learner.episode import EpisodeSetup, ScoringError, play
     from learner.registry import RegistryError
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
@@ -136,27 +135,22 @@ def cmd_episode(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
             adapters = serving_team(args, policy, adapters)
-            result = run_episode(
-                task,
-                policy,
-                shape=args.shape,
-                agents=args.agents,
-                turns=args.turns,
-                adapters=adapters,
-                sampling=sampling,
-                prompts=prompts,
-                db=args.db,
-                on_event=None if args.json else EpisodePrinter(),
-                checker=checker_for(task.kind),  # a coding task's tests run, as on the page
+            setup = EpisodeSetup(
+                task, args.shape, args.agents, args.turns, adapters, sampling, prompts
             )
+            # a coding task's tests run in the sandbox, as on the page; the reward is recorded
+            on_event = None if args.json else EpisodePrinter()
+            [played] = play(setup, policy, db=args.db, on_event=on_event)
+            result, reward, note = played.result, played.scored.reward, None
+    except ScoringError as e:  # the episode itself ran and is saved
+        [result], reward, note = e.results, None, f"reward not computed ({e})"
     except (OSError, ValueError, PolicyError, ModelError, RegistryError, ServerError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
-    scored = score(result, args.db)  # the joint reward, recorded, as the page scores it
     if args.json:
-        summary = result.summary() | {"reward": scored["reward"]}
-        if scored["note"]:
-            summary["note"] = scored["note"]
+        summary = result.summary() | {"reward": reward}
+        if note:
+            summary["note"] = note
         print(json.dumps(summary, indent=2))
     else:
         tokens = sum(s["completion_tokens"] for s in result.steps)
@@ -168,10 +162,10 @@ def cmd_episode(args: argparse.Namespace) -> int:
                 line = f"{'ok  ' if r.passed else 'FAIL'} {r.source.splitlines()[-1]}"
                 print(line + (f" -> {r.message}" if r.message else ""))
         tested = f"tests {report.passed} of {report.total} passed, " if report else ""
-        reward = f", reward {scored['reward']:.3f}" if scored["reward"] is not None else ""
+        scored = f", reward {reward:.3f}" if reward is not None else f" ({note})"
         print(
             f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
-            f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written{reward}"
+            f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written{scored}"
         )
     return 0
 

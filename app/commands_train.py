@@ -130,13 +130,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_adapters(args: argparse.Namespace) -> int:
     from agents.policy import PolicyClient
     from learner.registry import adapter_name, promote, rollback
-    from store import adapter_lineage, open_db
+    from store import adapter_agents, adapter_lineage, open_db
 
     client = PolicyClient(args.vllm_url) if args.vllm_url else None
     with open_db(args.db) as db:
         if args.action == "list":
-            agents = sorted({r["agent"] for r in db["adapters"].rows})
-            rows = [row for agent in agents for row in adapter_lineage(db, agent)]
+            rows = [row for agent in adapter_agents(db) for row in adapter_lineage(db, agent)]
             if args.json:
                 print(json.dumps([adapter_record(row) for row in rows], indent=2))
             elif not rows:

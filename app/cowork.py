@@ -39,7 +39,8 @@ from app.cowork_choices import (
     task_preview,
 )
 from app.cowork_results import ResultsArea
-from app.live import LiveEpisode, TeamRun, describe_error, run_live
+from app.live import LiveEpisode, describe_error, run_live
+from learner.episode import EpisodeSetup
 
 EPISODE_SLOTS = 4  # episodes (of all sessions) run at once; the server batches them; more queue
 
@@ -315,7 +316,7 @@ class CoworkTab:
                 boxes.append(gr.update(visible=False))
         return [new, *boxes]
 
-    def team_runs(self, form: dict) -> list[TeamRun]:
+    def team_runs(self, form: dict) -> list[EpisodeSetup]:
         """The team(s) the form describes, on its task; raises with what to change."""
         f = form
         task = chosen_task(
@@ -342,7 +343,7 @@ class CoworkTab:
         runs = []
         for shape, _ in teams:
             size = size_from_setting(shape, f[self.size])
-            run = TeamRun(task, shape, size, int(f[self.turns]), (), sampling, edits or None)
+            run = EpisodeSetup(task, shape, size, int(f[self.turns]), None, sampling, edits or None)
             run.roles()  # a bad combination is refused before anything runs
             runs.append(run)
         if not self.ctx.client.healthy():

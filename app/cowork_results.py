@@ -17,8 +17,9 @@ from agents.testrun import TestReport, run_tests
 from app import rating
 from app.context import AppContext
 from app.cowork_choices import MAX_PANES
-from app.live import LiveEpisode, TeamRun
+from app.live import LiveEpisode
 from app.ratings_panel import answered_by
+from learner.episode import EpisodeSetup
 
 SCORES = ["1", "2", "3", "4", "5"]
 
@@ -249,7 +250,7 @@ class ResultsArea:
             b for pair in [*self.agent_thumbs, (self.result_up, self.result_down)] for b in pair
         ]
 
-    def reset_view(self, runs: list[TeamRun], ab: bool) -> dict:
+    def reset_view(self, runs: list[EpisodeSetup], ab: bool) -> dict:
         updates = {
             self.status: "Starting…",
             self.turn_log: "",

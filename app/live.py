@@ -1,10 +1,10 @@
 """Episodes as the page sees them: run in a thread, watched a few times a second.
 
 `run_live(runs, policy, db_path)` starts one thread per team (an A/B comparison is two), each
-running `agents.team.run_episode` with an `on_event` that puts the events on one queue; the
-generator drains the queue into a `LiveEpisode` per team and yields the list whenever something
-changed, at most every `interval` seconds. After the episode the same thread scores it (the joint
-reward, recorded in the store; for code, each test assert run in the sandbox), so the page stays
+playing it (`learner.episode.play`: run, checked, scored and recorded) with an `on_event` that
+puts the events on one queue; the generator drains the queue into a `LiveEpisode` per team and
+yields the list whenever something changed, at most every `interval` seconds. A coding task's
+tests run in the sandbox each turn, and the same thread scores the episode, so the page stays
 responsive. The store records the episode as it runs: a page closed mid-episode loses nothing,
 the thread finishes and the episode is there in the history.
 """
@@ -21,13 +21,12 @@ from pathlib import Path
 
 import store
 from agents.episode_result import EpisodeResult
-from agents.feedback import sandbox_check
 from agents.policy import PolicyError
-from agents.roles import Role, team_roles
-from agents.tasks import Task, TaskError
-from agents.team import Policy, Sampling, run_episode
+from agents.roles import Role
+from agents.tasks import TaskError
+from agents.team import Policy
 from agents.testrun import TestReport
-from learner.rewards import score_episode
+from learner.episode import EpisodeSetup, ScoringError, play
 
 log = logging.getLogger(__name__)
 
@@ -36,27 +35,6 @@ log = logging.getLogger(__name__)
 # to the end and recorded), and whether the team's result passed the environment's check (the
 # tests; a writing team's length and structure checks).
 EPISODE_STATES = {"ok": "finished", "failed": "failed", "running": "running"}
-
-
-def result_words(success: bool) -> str:
-    return "finished, passed" if success else "finished, not passed"
-
-
-@dataclass(frozen=True)
-class TeamRun:
-    """One team on one task: what `run_episode` is called with."""
-
-    task: Task
-    shape: str = "parallel"
-    agents: int = 2
-    turns: int = 1
-    adapters: tuple[str | None, ...] = ()
-    sampling: Sampling = Sampling()
-    prompts: dict[str, str] | None = None
-
-    def roles(self) -> list[Role]:
-        """The team's roles (raises ValueError for a size the shape does not allow)."""
-        return team_roles(self.task, self.shape, self.agents, self.prompts)
 
 
 @dataclass
@@ -82,7 +60,7 @@ class Pane:
 class LiveEpisode:
     """A team's episode as far as it has got. `finished` once the thread is done with it."""
 
-    run: TeamRun
+    run: EpisodeSetup
     panes: list[Pane]
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
@@ -99,9 +77,9 @@ class LiveEpisode:
     finished: bool = False
 
     @classmethod
-    def start(cls, run: TeamRun) -> LiveEpisode:
-        adapters = list(run.adapters) or [None] * run.agents
-        return cls(run, [Pane(role, a) for role, a in zip(run.roles(), adapters, strict=True)])
+    def start(cls, run: EpisodeSetup) -> LiveEpisode:
+        panes = zip(run.roles(), run.adapter_names(), strict=True)
+        return cls(run, [Pane(role, adapter) for role, adapter in panes])
 
     @property
     def tokens(self) -> int:
@@ -162,7 +140,8 @@ class LiveEpisode:
             return f"✗ {who} failed after {cost}: {self.error}"
         if self.result is None:
             return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
-        verdict = f"{'✓' if self.result.success else '⚠'} {result_words(self.result.success)}"
+        passed = "passed" if self.result.success else "not passed"
+        verdict = f"{'✓' if self.result.success else '⚠'} {EPISODE_STATES['ok']}, {passed}"
         turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
         parts = [f"{verdict}: {who} ({team}) · {turns} · {cost}"]
         if self.tests is not None:
@@ -186,7 +165,7 @@ class LiveEpisode:
 
 
 def run_live(
-    runs: list[TeamRun],
+    runs: list[EpisodeSetup],
     policy: Policy,
     db_path: str | Path | None = None,
     interval: float = 0.25,
@@ -218,7 +197,7 @@ def run_live(
 
 
 def _run_one(
-    index: int, run: TeamRun, policy: Policy, db_path: str | Path | None, events: queue.Queue
+    index: int, run: EpisodeSetup, policy: Policy, db_path: str | Path | None, events: queue.Queue
 ) -> None:
     """The thread of one team: the episode, then its scoring; every outcome is an event."""
 
@@ -226,41 +205,28 @@ def _run_one(
         events.put((index, event))
 
     try:
-        result = run_episode(
-            run.task,
-            policy,
-            shape=run.shape,
-            agents=run.agents,
-            turns=run.turns,
-            adapters=list(run.adapters) or None,
-            sampling=run.sampling,
-            prompts=run.prompts,
-            checker=sandbox_check,  # runs a coding task's tests in the sandbox each turn
-            db=db_path,
-            on_event=put,
+        # a coding task's tests run in the sandbox each turn; the score is recorded beside it
+        [played] = play(run, policy, db=db_path, on_event=put)
+        scored = played.scored
+        put(
+            {
+                "event": "scored",
+                "reward": scored.reward,
+                "tests": scored.report,
+                "note": None,
+                "repeats": scored.components.get("repeats_dropped"),
+            }
         )
-        put({"event": "scored", **score(result, db_path)})
+    except ScoringError as e:  # a note: the episode itself is saved and fine
+        log.exception("scoring episode of team %d failed", index)
+        report = e.results[0].test_report
+        note = f"reward not computed ({e})"
+        put({"event": "scored", "reward": None, "tests": report, "note": note, "repeats": None})
     except Exception as e:  # the page shows it; the store has already marked the episode failed
         log.exception("episode of team %d failed", index)
         put({"event": "failed", "error": describe_error(e)})
     finally:
         put({"event": "closed"})
-
-
-def score(result: EpisodeResult, db_path: str | Path | None) -> dict:
-    """The episode's joint reward (recorded in the store), for code with tests the result of
-    each test assert (the environment's run, not a second one), for a long-form document the
-    share of the writers' sentences the document left out as repeats. A scoring failure is a
-    note: the episode itself is saved and fine."""
-    tests, reward, note, repeats = result.test_report, None, None, None
-    try:
-        scored = score_episode(result, db=db_path)
-        reward, tests = scored.reward, scored.report
-        repeats = scored.components.get("repeats_dropped")
-    except Exception as e:
-        log.exception("scoring episode %d failed", result.episode_id)
-        note = f"reward not computed ({describe_error(e)})"
-    return {"reward": reward, "tests": tests, "note": note, "repeats": repeats}
 
 
 def describe_error(error: Exception) -> str:

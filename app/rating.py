@@ -65,7 +65,7 @@ def save_rating(
                 limits=ctx.rating_limits,
                 **fields,
             )
-            counts = db["ratings"].get(rating_id)["counts"]
+            counts = store.get_rating(db, rating_id)["counts"]
     except store.InvalidRating as e:
         return refuse(str(e))
     gr.Info(f"Saved rating #{rating_id}")

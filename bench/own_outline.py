@@ -16,7 +16,7 @@ is written greedily, through a managed vLLM server, as:
               to the default outline and is counted
 
 by the team (`parallel`, --agents writers) and by `single`, and every document is scored by the
-one scoring path (`learner.rewards.score_episode`, the set's article as the reference for every
+one scoring path (`learner.episode.play`, the set's article as the reference for every
 variant). Prints per variant and shape: redundancy between sections (mean, documents at or under
 the issue's 0.3), reference agreement, words, critical-path tokens and seconds; then paired
 Wilcoxon tests of the team's redundancy across variants and against single's.
@@ -56,8 +56,8 @@ from agents.tasks import (  # noqa: E402
     longform_prompt_task,
     longform_tasks,
 )
-from agents.team import GREEDY, run_episode  # noqa: E402
-from learner.rewards import score_episode  # noqa: E402
+from agents.team import GREEDY  # noqa: E402
+from learner.episode import EpisodeSetup, play  # noqa: E402
 
 # The default outline before it had leads (until 2026-11-28): four parts by their briefs alone
 BRIEFS_ONLY = (
@@ -124,10 +124,9 @@ def measure(client, args) -> list[dict]:
             for variant, (t, reply, plan_tokens, plan_s) in variants.items():
                 for shape in ("parallel", "single") if variant != "planned" else ("parallel",):
                     agents = args.agents if shape == "parallel" else 1
-                    result = run_episode(
-                        t, client, shape=shape, agents=agents, sampling=sampling, db=db
-                    )
-                    c = score_episode(result).components
+                    setup = EpisodeSetup(t, shape, agents, sampling=sampling)
+                    [played] = play(setup, client, db=db)
+                    result, c = played.result, played.scored.components
                     rows.append(
                         {
                             "task": task.source_id,

@@ -102,7 +102,8 @@ def sample(db_path: Path, args) -> None:
     from agents.models import DEFAULT_MODEL, provision_model
     from agents.server import ServerConfig, connect_or_start
     from agents.tasks import split_tasks
-    from agents.team import Sampling, run_group
+    from agents.team import Sampling
+    from learner.episode import play
     from store.paths import venv_python
 
     model_path = provision_model(os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
@@ -112,8 +113,11 @@ def sample(db_path: Path, args) -> None:
 
     t0 = time.perf_counter()
     with connect_or_start(None, config) as client, ThreadPoolExecutor(max_workers=4) as pool:
-        settings = dict(db=db_path, sampling=sampling, **team(args))
-        list(pool.map(lambda task: run_group(task, client, args.candidates, **settings), tasks))
+
+        def one(task):
+            return play(team(task, sampling), client, db=db_path, samples=args.candidates)
+
+        list(pool.map(one, tasks))
     print(f"sampled {args.candidates} answers to each of {len(tasks)} {args.task} tasks "
           f"into {db_path}, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 

@@ -88,11 +88,11 @@ from scipy.stats import binomtest  # noqa: E402
 
 import store  # noqa: E402
 from agents.combine import extract_code  # noqa: E402
-from agents.feedback import checker_for  # noqa: E402
 from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.parsing import parse  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
-from agents.team import GREEDY, Sampling, run_episode, run_group  # noqa: E402
+from agents.team import GREEDY, Sampling  # noqa: E402
+from learner.episode import EpisodeSetup, play  # noqa: E402
 from learner.evaluate import episode_metrics  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
 from learner.rating_queue import pairs_to_rate  # noqa: E402
@@ -175,10 +175,10 @@ def thumb(rater: str, has, output: str, rng: random.Random) -> int:
     return 1 if has(output) else -1
 
 
-def team(args) -> dict:
-    """The team the experiment rates, as `run_episode` takes it: two agents in parallel; a
-    coding team's program is checked by its tests in the sandbox."""
-    return dict(shape="parallel", agents=AGENTS, checker=checker_for(args.task))
+def team(task, sampling: Sampling, adapters=None) -> EpisodeSetup:
+    """The team the experiment rates: two agents in parallel (`play` checks a coding team's
+    program by its tests in the sandbox)."""
+    return EpisodeSetup(task, agents=AGENTS, adapters=adapters, sampling=sampling)
 
 
 def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
@@ -186,21 +186,18 @@ def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:
     share of answers that have the property and that pass (coding: all asserts, in the
     sandbox; writing: the environment's success). One greedy answer with --samples 1, else
     --samples answers sampled at T = 0.8."""
-    settings = team(args) | dict(adapters=adapters, db=db_path)
+    # one greedy answer, or Sampling's defaults (T = 0.8, top-p 0.95), unseeded, as every run in
+    # the docs
+    if args.samples == 1:
+        sampling = replace(GREEDY, max_tokens=args.max_tokens)
+    else:
+        sampling = Sampling(max_tokens=args.max_tokens)
 
     def one(task) -> dict:
-        if args.samples == 1:
-            sampling = replace(GREEDY, max_tokens=args.max_tokens)
-            results = [run_episode(task, client, sampling=sampling, **settings)]
-        else:
-            # Sampling's defaults (T = 0.8, top-p 0.95), unseeded, as every run in the docs
-            sampling = Sampling(max_tokens=args.max_tokens)
-            results = run_group(task, client, args.samples, sampling=sampling, **settings)
-        props, passes = [], []
-        for result in results:
-            # pass as `coteam eval` counts it (coding: the sandbox's report, never the program's)
-            passes.append(episode_metrics(result, db=db_path)["pass"])
-            props.append(has(result.output))
+        played = play(team(task, sampling, adapters), client, db=db_path, samples=args.samples)
+        # pass as `coteam eval` counts it (coding: the sandbox's report, never the program's)
+        passes = [episode_metrics(p.result, p.scored)["pass"] for p in played]
+        props = [has(p.result.output) for p in played]
         return {"property": sum(props) / len(props), "pass": sum(passes) / len(passes)}
 
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
@@ -349,7 +346,9 @@ def experiment(client, model_path, home: Path, args) -> dict:
         answers = args.candidates
 
     def sample(task) -> tuple:  # as the page samples them: an A/B pair, or one answer
-        return tuple(run_group(task, client, answers, db=shared, sampling=sampling, **team(args)))
+        return tuple(
+            p.result for p in play(team(task, sampling), client, db=shared, samples=answers)
+        )
 
     tasks = split_tasks(args.task, "train")[: args.ratings]  # the tasks the retrain trains on
     if len(tasks) < args.ratings:

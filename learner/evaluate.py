@@ -48,17 +48,17 @@ from typing import Any
 
 import store
 from agents.episode_result import EpisodeResult
-from agents.feedback import checker_for
 from agents.outline import structure_compliance
 from agents.roles import SHAPES
 from agents.sentences import embedding_model
 from agents.server import machine
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY, Policy, Sampling, run_episode, run_group, size_from_setting
+from agents.team import GREEDY, Policy, Sampling, size_from_setting
 from learner.coding_reward import defines_with_return, parses
+from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
 from learner.report import write_report
-from learner.rewards import score_episode
+from learner.rewards import Scored
 from store.paths import default_db_path
 
 log = logging.getLogger(__name__)
@@ -190,11 +190,9 @@ def record_key(record: dict) -> tuple:
 # -- scoring one episode ---------------------------------------------------------------------
 
 
-def episode_metrics(result: EpisodeResult, db: Any = None) -> dict:
-    """Score an episode (`learner.rewards.score_episode`, with the test report the environment
-    made), record it in `db` if given, and return its metrics (see the module docstring)."""
+def episode_metrics(result: EpisodeResult, scored: Scored) -> dict:
+    """A played episode's metrics (see the module docstring) from what it did and its score."""
     task, team = result.task, len(result.roles) > 1
-    scored = score_episode(result, db=db)
     reward = scored.components
     metrics: dict[str, Any] = {
         "turns": result.turns,
@@ -341,42 +339,29 @@ def _run_unit(
     size = config.team_size(unit.shape)
     given = config.variants[unit.variant]
     adapters = [given[i] if i < len(given) else None for i in range(size)]
-    settings = {
-        "shape": unit.shape,
-        "agents": size,
-        "turns": config.turns,
-        "adapters": adapters,
-        # coding: the environment runs the tests (once per turn) and the score reuses its report
-        "checker": checker_for(config.task),
-    }
     sampling = config.sampling
     if sampling.seed is not None:
         sampling = replace(sampling, seed=sampling.seed + 1000 * unit.index)
-    if len(unit.samples) == 1:
-        results = [run_episode(unit.task, policy, sampling=sampling, db=db_path, **settings)]
-    else:
-        results = run_group(
-            unit.task, policy, len(unit.samples), db=db_path, sampling=sampling, **settings
-        )
+    setup = EpisodeSetup(unit.task, unit.shape, size, config.turns, adapters, sampling)
     records = []
-    with store.open_db(db_path) as db:
-        for g, result in enumerate(results):
-            metrics = episode_metrics(result, db)
-            records.append(
-                {
-                    "task": task_name(unit.task),
-                    "task_index": unit.index,
-                    "kind": unit.task.kind,
-                    "shape": unit.shape,
-                    "variant": unit.variant,
-                    "sample": g,
-                    "adapters": adapters,
-                    "episode_id": result.episode_id,
-                    **metrics,
-                    "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "machine": machine(),
-                }
-            )
+    for g, played in enumerate(play(setup, policy, db=db_path, samples=len(unit.samples))):
+        result = played.result
+        metrics = episode_metrics(result, played.scored)
+        records.append(
+            {
+                "task": task_name(unit.task),
+                "task_index": unit.index,
+                "kind": unit.task.kind,
+                "shape": unit.shape,
+                "variant": unit.variant,
+                "sample": g,
+                "adapters": adapters,
+                "episode_id": result.episode_id,
+                **metrics,
+                "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "machine": machine(),
+            }
+        )
     return records
 
 

@@ -30,14 +30,14 @@ from pathlib import Path
 from scipy import stats
 
 import store
-from agents.feedback import checker_for
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY, run_episode
+from agents.team import GREEDY
+from learner.episode import EpisodeSetup, play
 from learner.preference import PreferenceModel, run_preference_model
 from learner.registry import adapter_name, ensure_loaded, load_version, promote, work_kind
 from learner.reward_config import RewardWeights, SpeedBudget
-from learner.rewards import Scored, add_preference, score_episode
+from learner.rewards import Scored, add_preference
 
 
 @dataclass
@@ -220,18 +220,17 @@ def paired_scores(
         nonlocal done
         team, index = job
         task = tasks[index]
-        result = run_episode(
+        setup = EpisodeSetup(
             task,
-            client,
-            shape="parallel",
             agents=len(teams[team]),
+            turns=turns,
             adapters=teams[team],
             sampling=replace(GREEDY, max_tokens=settings.max_tokens),
-            turns=turns,
-            db=db_path,
-            checker=checker_for(task.kind),
+            weights=weights,
+            budget=budget,
         )
-        scored = score_episode(result, weights, budget, db=db_path)
+        [played] = play(setup, client, db=db_path)
+        result, scored = played.result, played.scored
         with lock:
             done += 1
             if on_progress:

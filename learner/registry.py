@@ -91,7 +91,7 @@ def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) ->
     from agents.models import model_provenance
 
     card_file = folder / CARD
-    if not card_file.is_file() or db["adapters"].count:
+    if not card_file.is_file() or store.adapter_agents(db):
         return []
     card = json.loads(card_file.read_text())
     served = (model_provenance(model) or {}).get("sha256")

@@ -24,9 +24,10 @@ Every component is a float; `quality`, `coordination`, `speed` and `role_violati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -115,6 +116,79 @@ def rating_to_unit(value: float, low: float = 1, high: float = 5) -> float:
     return min(max((value - low) / (high - low), 0.0), 1.0)
 
 
+# -- the task rewards: one function per task form, one signature, registered ---------------------
+
+TaskReward = Callable[[Any, "TestReport | None", RewardWeights], dict[str, float]]
+TASK_REWARDS: dict[str, TaskReward] = {}
+
+
+def task_reward(form: str) -> Callable[[TaskReward], TaskReward]:
+    """Register `fn(result, report, weights) -> components` as the task reward of `form` (a name
+    of `reward_form`), as TRL's reward functions are given: every one takes the finished episode
+    (`agents.episode_result.EpisodeResult`), the test report of its program (None where there
+    is none) and the weights, and returns its components by name, `quality` and `coordination`
+    among them."""
+
+    def register(fn: TaskReward) -> TaskReward:
+        if form in TASK_REWARDS:
+            raise ValueError(f"a task reward for {form!r} is registered already")
+        TASK_REWARDS[form] = fn
+        return fn
+
+    return register
+
+
+def reward_form(task) -> str:
+    """Which task reward scores `task`: "coding", "longform" (a sectioned document) or
+    "writing" (summaries, expansions, a person's own request)."""
+    if task.kind == "coding":
+        return "coding"
+    return "longform" if task.form == "longform" else "writing"
+
+
+@task_reward("coding")
+def _coding(result, report: TestReport | None, weights: RewardWeights) -> dict[str, float]:
+    """The team's code, owners and module, and the tests' report (`coding_reward`)."""
+    from agents.combine import extract_code
+
+    task = result.task
+    texts = [step["text"] for step in result.final_steps()]
+    return coding_reward(
+        [extract_code(text) for text in texts],
+        [role.owns for role in result.roles],
+        task.entry_point,
+        result.output,
+        report,
+        weights=weights,
+    )
+
+
+@task_reward("longform")
+def _longform(result, report: TestReport | None, weights: RewardWeights) -> dict[str, float]:
+    """Each writer's sections of the outline as the document kept them (`longform_reward`)."""
+    from agents.outline import document_sections, structure_compliance
+
+    task = result.task
+    texts = [step["text"] for step in result.final_steps()]
+    outline, owners = task.extra["outline"], [role.sections for role in result.roles]
+    return longform_reward(
+        document_sections(texts, outline, owners),
+        [section["brief"] for section in outline],
+        task.extra["target_words"],
+        task.reference,
+        subject=task.extra["title"] if task.source == "longform" else None,
+        compliance=structure_compliance(texts, outline, owners),
+    )
+
+
+@task_reward("writing")
+def _writing(result, report: TestReport | None, weights: RewardWeights) -> dict[str, float]:
+    """Each writer's part against its role's word bounds and the reference (`writing_reward`)."""
+    texts = [step["text"] for step in result.final_steps()]
+    bounds = [role.words or (1, 10_000) for role in result.roles]
+    return dict(writing_reward(texts, bounds, result.task.reference))
+
+
 # -- one team episode: the one scoring call -------------------------------------------------------
 
 
@@ -145,47 +219,22 @@ def score_episode(
     result,
     weights: RewardWeights = RewardWeights(),  # noqa: B008
     budget: SpeedBudget = SpeedBudget(),  # noqa: B008
-    db: Database | str | Path | None = None,
 ) -> Scored:
-    """Score one finished episode (`agents.episode_result.EpisodeResult`) and, given `db` (a connection or a
-    path), record it in the store. Every caller scores through here.
+    """Score one finished episode (`agents.episode_result.EpisodeResult`). Every caller scores
+    through here (an episode played through `learner.episode.play`, which records the score):
+    the task reward registered for the task's form (`TASK_REWARDS`), then speed and the joint
+    reward.
 
     Coding uses the test report the environment made during the episode (`result.test_report`);
     the tests run here only when the episode's checker ran none. Writing's quality takes the
     environment's verdict (`result.success`) as its tests: `RewardWeights.verdict` of it is
     the verdict, the rest the length and reference scores (the component `verdict` keeps it).
     """
-    from agents.combine import extract_code
-
-    task, roles = result.task, result.roles
-    texts = [step["text"] for step in result.final_steps()]
+    task = result.task
     report = result.test_report
-    if task.kind == "coding":
-        if report is None and task.tests and parses(result.output):
-            report = run_tests(result.output, task.tests, task.entry_point, given=task.preamble)
-        components = coding_reward(
-            [extract_code(text) for text in texts],
-            [role.owns for role in roles],
-            task.entry_point,
-            result.output,
-            report,
-            weights=weights,
-        )
-    elif task.form == "longform":
-        from agents.outline import document_sections, structure_compliance
-
-        outline, owners = task.extra["outline"], [role.sections for role in roles]
-        components = longform_reward(
-            document_sections(texts, outline, owners),
-            [section["brief"] for section in outline],
-            task.extra["target_words"],
-            task.reference,
-            subject=task.extra["title"] if task.source == "longform" else None,
-            compliance=structure_compliance(texts, outline, owners),
-        )
-    else:
-        bounds = [role.words or (1, 10_000) for role in roles]
-        components = dict(writing_reward(texts, bounds, task.reference))
+    if report is None and task.kind == "coding" and task.tests and parses(result.output):
+        report = run_tests(result.output, task.tests, task.entry_point, given=task.preamble)
+    components = TASK_REWARDS[reward_form(task)](result, report, weights)
     if task.kind == "writing":  # the verdict is writing's tests: a share of quality
         components["verdict"] = float(result.success)
         components["quality"] = (1 - weights.verdict) * components["quality"] + (
@@ -199,10 +248,7 @@ def score_episode(
     reward = joint_reward(components, components["speed"], weights)
     used = {f"w_{k}": float(v) for k, v in asdict(weights).items()}
     used["budget_tokens"] = float(budget_tokens)
-    scored = Scored(reward, components, used, report)
-    if db is not None:
-        _record(db, result.episode_id, scored)
-    return scored
+    return Scored(reward, components, used, report)
 
 
 def score_group(
@@ -210,20 +256,16 @@ def score_group(
     weights: RewardWeights = RewardWeights(),  # noqa: B008
     budget: SpeedBudget = SpeedBudget(),  # noqa: B008
     liked: Sequence[float] | None = None,
-    db: Database | str | Path | None = None,
 ) -> list[Scored]:
     """Score the episodes of one group (G samples of one task) with `score_episode` and, given
     `liked` (each sample's preference h in [0, 1]), add what people prefer by `blend_human`
     (weight `weights.human`, each sample's outcome the environment's: the tests' share of points
     for a program, the verdict for writing, 1 when every section is non-empty, inside its bounds
     and not repeating another, else 0); the components keep `auto_reward`, `human_rating` (h)
-    and `human_term` (what it added). Given `db`, records them all."""
+    and `human_term` (what it added)."""
     scores = [score_episode(r, weights, budget) for r in results]
     if liked is not None:
         add_preference(scores, liked, weights.human)
-    if db is not None:
-        for r, s in zip(results, scores, strict=True):
-            _record(db, r.episode_id, s)
     return scores
 
 
@@ -238,7 +280,8 @@ def add_preference(scores: list[Scored], liked: Sequence[float], weight: float) 
         s.reward = r
 
 
-def _record(db: Database | str | Path, episode_id: int, scored: Scored) -> None:
+def store_scored(db: Database | str | Path, episode_id: int, scored: Scored) -> None:
+    """Record a scored episode's components and joint reward (replacing any earlier ones)."""
     if isinstance(db, Database):
         store.record_rewards(db, episode_id, scored.components, scored.reward, scored.weights)
     else:

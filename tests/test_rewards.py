@@ -408,7 +408,6 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
     the comment (h 0.9) and not its absence (h 0.1). In the order a person would give: a right
     program with the comment above the right one without, and any right program above any
     wrong one however commented; the preference moves no advantage between right and wrong."""
-    import store
     from agents.feedback import sandbox_check
     from agents.tasks import humaneval_task
     from agents.team import run_episode
@@ -429,7 +428,7 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
     commented = "    # compare every pair once\n"
     results = [team(commented + right), team(right), team(commented + wrong), team(wrong)]
     auto = [s.reward for s in score_group(results)]
-    scores = score_group(results, RewardWeights(), liked=[0.9, 0.1, 0.9, 0.1], db=db_path)
+    scores = score_group(results, RewardWeights(), liked=[0.9, 0.1, 0.9, 0.1])
     assert [s.components["tests"] for s in scores] == [1.0, 1.0, 0.0, 0.0]
     r = [s.reward for s in scores]
     assert r[0] > r[1] > r[2] > r[3]  # without the ratings the comment costs a little speed
@@ -440,8 +439,6 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
         [r[i] - auto[i] for i in range(4)]
     )
     assert scores[0].components["auto_reward"] == pytest.approx(auto[0])
-    with store.open_db(db_path) as db:  # recorded as scored
-        assert store.get_episode(db, results[0].episode_id)["reward"] == pytest.approx(r[0])
 
 
 SUMMARY = "A bridge in the town centre has been closed after cracks were found in it"
@@ -529,16 +526,19 @@ def test_rating_to_unit():
     assert rating_to_unit(9) == 1.0
 
 
-def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episode(
-    tmp_path, monkeypatch
-):
+def test_play_runs_the_tests_once_scores_blends_and_records_each_episode(tmp_path, monkeypatch):
+    """`play`, the one way to play an episode: a group of two real HumanEval/0 episodes (a
+    scripted team: the same right program, one with a comment), the sandbox runs each program's
+    tests once during its episode, scoring reuses the report, what people prefer (the comment)
+    reorders the two, and the store keeps each one's blended reward."""
+    import threading
+
     import agents.feedback
     import learner.coding_reward
     import learner.rewards
     import store
-    from agents.feedback import sandbox_check
     from agents.tasks import humaneval_task
-    from agents.team import run_episode
+    from learner.episode import EpisodeSetup, play
     from tests.scripted import ScriptedPolicy
 
     runs = []
@@ -550,27 +550,50 @@ def test_an_episodes_tests_run_once_and_every_caller_scores_through_score_episod
     monkeypatch.setattr(agents.feedback, "run_tests", counting)
     monkeypatch.setattr(learner.rewards, "run_tests", counting)
     monkeypatch.setattr(learner.coding_reward, "run_tests", counting)
+    entries, lock = [], threading.Lock()
 
     def reply(request):
         # both replies are begun with the function's head: the helper writes the body of the
         # contract's `aux(numbers, threshold)`, the entry calls it and returns its result
         if "only the helper function `aux`" in request.messages[0]["content"]:
             return ENTRY_ALONE.split(":\n", 1)[1] + "```"
-        return "    return aux(numbers, threshold)\n```"
+        with lock:
+            entries.append(None)
+            comment = "    # the helper compares every pair\n" if len(entries) == 1 else ""
+        return comment + "    return aux(numbers, threshold)\n```"
+
+    def liked(outputs):
+        return [0.9 if "# the helper" in output else 0.1 for output in outputs]
 
     db = tmp_path / "coteam.db"
-    result = run_episode(
-        humaneval_task(0), ScriptedPolicy(reply), shape="parallel", checker=sandbox_check, db=db
+    played = play(
+        EpisodeSetup(humaneval_task(0)), ScriptedPolicy(reply), db=db, samples=2, liked=liked
     )
-    assert len(runs) == 1  # the environment's check, during the episode
-    scored = score_episode(result, db=db)
-    assert len(runs) == 1  # scoring reused the environment's report
-    assert scored.report is result.test_report and scored.report.passed == 7
-    assert scored.components["helper_called"] == 1.0 and scored.components["tests"] == 1.0
+    assert len(runs) == 2  # the environment's check, once in each episode; scoring reused it
+    commented, plain = sorted(played, key=lambda p: "# the helper" not in p.result.output)
+    for p in played:
+        assert p.scored.report is p.result.test_report and p.scored.report.passed == 7
+        assert p.scored.components["helper_called"] == 1.0 and p.scored.components["tests"] == 1
+    assert commented.scored.reward > plain.scored.reward
+    assert commented.scored.components["human_term"] > 0 > plain.scored.components["human_term"]
     with store.open_db(db) as database:
-        episode = store.get_episode(database, result.episode_id)
-    assert episode["reward"] == pytest.approx(scored.reward)
-    assert episode["reward_weights"]["w_role_violation"] == 0.3
+        for p in played:
+            episode = store.get_episode(database, p.result.episode_id)
+            assert episode["reward"] == pytest.approx(p.scored.reward)
+            assert episode["reward_weights"]["w_role_violation"] == 0.3
+
+
+def test_every_task_form_has_one_registered_reward():
+    """One reward contract: a function per task form, one signature, registered."""
+    import inspect
+
+    from agents.tasks import humaneval_task
+    from learner.rewards import TASK_REWARDS, reward_form
+
+    assert set(TASK_REWARDS) == {"coding", "longform", "writing"}
+    signatures = {str(inspect.signature(fn)) for fn in TASK_REWARDS.values()}
+    assert len(signatures) == 1
+    assert reward_form(humaneval_task(0)) == "coding"
 
 
 def test_no_other_module_combines_reward_parts():
@@ -590,3 +613,26 @@ def test_no_other_module_combines_reward_parts():
         )
     ]
     assert callers == ["bench/learner.py"]  # scores other trainers' samples, not an episode
+
+
+def test_every_episode_is_played_through_play():
+    """One way to play an episode: outside the graph's own module and `learner/episode.py`, no
+    module of the product or the benches runs, scores or records an episode by hand."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    by_hand = ("run_episode(", "run_group(", "score_episode(", "store_scored(")
+    callers = sorted(
+        str(path.relative_to(root))
+        for folder in ("app", "agents", "learner", "store", "bench")
+        for path in (root / folder).rglob("*.py")
+        if any(name in path.read_text() for name in by_hand)
+    )
+    # team.py defines them, rewards.py scores a group with score_episode, episode.py plays;
+    # bench/team.py times the graph alone (no tests, no scoring), against single in one run
+    assert callers == [
+        "agents/team.py",
+        "bench/team.py",
+        "learner/episode.py",
+        "learner/rewards.py",
+    ]

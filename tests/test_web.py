@@ -23,8 +23,9 @@ from app.cowork import CoworkTab
 from app.cowork_choices import AB, ONE_TEAM, chosen_task, role_layout
 from app.cowork_results import display_code
 from app.history import HistoryTab, episode_filters, episode_markdown, fenced
-from app.live import TeamRun, run_live
+from app.live import run_live
 from app.web import build_app
+from learner.episode import EpisodeSetup
 from learner.worker import LearnerWorker
 from tests.scripted import ScriptedPolicy
 
@@ -151,7 +152,7 @@ def test_roles_follow_the_task_shape_and_size():
 def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
     task = chosen_task("coding", "humaneval", "0", "", "")
     views = []
-    for [episode] in run_live([TeamRun(task, agents=2)], ctx.client, ctx.db_path, interval=0):
+    for [episode] in run_live([EpisodeSetup(task, agents=2)], ctx.client, ctx.db_path, interval=0):
         views.append((episode.panes[0].text, episode.result is not None))
     assert episode.finished and episode.error is None and episode.result.success
     assert episode.tests.passed == episode.tests.total == 7
@@ -183,7 +184,7 @@ def test_a_sentence_two_writers_wrote_is_in_the_document_once_and_the_page_says_
         return text.removeprefix(f"## {own[0]}\n")
 
     client = FakeClient(writer)
-    *_, [episode] = run_live([TeamRun(task, agents=4)], client, ctx.db_path, interval=0)
+    *_, [episode] = run_live([EpisodeSetup(task, agents=4)], client, ctx.db_path, interval=0)
     assert episode.error is None and all(fact in episode.output for fact in FACTS)
     assert episode.output.count(opening) == 1
     assert opening in episode.panes[3].text  # the writer's own text keeps it
@@ -192,14 +193,14 @@ def test_a_sentence_two_writers_wrote_is_in_the_document_once_and_the_page_says_
 
 def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
     task = chosen_task("coding", "humaneval", "0", "", "")
-    run = TeamRun(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=16))
+    run = EpisodeSetup(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=16))
     *_, [episode] = run_live([run], ctx.client, ctx.db_path, interval=0)
     # the helper's reply is 13 pieces long, the entry author's 17: only agent 2 is cut off
     assert [pane.cut_off for pane in episode.panes] == [False, True]
     assert "agent 2 stopped at the token limit (16): raise “Tokens per agent call”" in (
         episode.status()
     )
-    *_, [episode] = run_live([TeamRun(task, agents=2)], ctx.client, ctx.db_path, interval=0)
+    *_, [episode] = run_live([EpisodeSetup(task, agents=2)], ctx.client, ctx.db_path, interval=0)
     assert "token limit" not in episode.status()
 
 
@@ -208,7 +209,7 @@ def test_a_failing_server_is_shown_and_the_episode_is_kept_as_failed(ctx):
         raise PolicyError("connection refused")
 
     task = chosen_task("coding", "humaneval", "0", "", "")
-    *_, [episode] = run_live([TeamRun(task)], FakeClient(broken), ctx.db_path)
+    *_, [episode] = run_live([EpisodeSetup(task)], FakeClient(broken), ctx.db_path)
     assert episode.finished and "model server failed" in episode.error
     assert episode.status().startswith("✗")
     with store.open_db(ctx.db_path) as db:
