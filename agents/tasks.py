@@ -41,7 +41,7 @@ from typing import Literal, get_args
 from sqlite_utils import Database
 
 import store
-from agents.parsing import parse
+from agents.judge.parsing import parse
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "tasks"
 HUMANEVAL_COUNT = 164
@@ -62,7 +62,7 @@ LONGFORM_WORDS = (400, 800)  # a long-form document's length bounds; the default
 # The outline a person's own long-form request gets when they name no sections: fixed, so the
 # plan costs no model call and every agent's view is known before anyone writes. Each section is
 # a different kind of text, and each but the first has a lead, the words its writer's reply
-# begins with (`agents.outline.section_opening`): with briefs alone (Introduction, Background,
+# begins with (`agents.team.outline.section_opening`): with briefs alone (Introduction, Background,
 # Main points, Conclusion) every writer of the 0.5B team opened with its own definition of the
 # subject and all 12 held-out documents were wholly redundant (docs/EVALUATION.md).
 DEFAULT_OUTLINE = (  # (heading, brief, lead)

@@ -9,7 +9,7 @@ from pathlib import Path
 import gradio as gr
 
 import store
-from agents.roles import SHAPES
+from agents.team.roles import SHAPES
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
 from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, eval_tasks

@@ -68,7 +68,7 @@ class EpisodePrinter:
 
 def episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     """A client of the server at --vllm-url, or of a managed server stopped when `stack` closes."""
-    from agents.server import ServerConfig, connect_or_start
+    from agents.serving.server import ServerConfig, connect_or_start
 
     config = ServerConfig(model=args.model, served_name=args.served_name, agents=4)
     progress = functools.partial(print, file=sys.stderr)  # stdout carries the episode
@@ -81,8 +81,8 @@ def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dic
     team, as `coteam serve` does. Loads into the server what it lacks."""
     if args.base:
         return named
-    from agents.models import resolve_model
-    from agents.team import team_size
+    from agents.serving.models import resolve_model
+    from agents.team.episode import team_size
     from app.commands_serve import start_with_shipped
     from learner.registry import ensure_loaded
     from store import open_db
@@ -97,12 +97,12 @@ def cmd_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from agents.models import ModelError
-    from agents.policy import PolicyError
-    from agents.roles import load_prompts
-    from agents.server import ServerError
+    from agents.serving.models import ModelError
+    from agents.serving.policy import PolicyError
+    from agents.serving.server import ServerError
     from agents.tasks import find_task
-    from agents.team import GREEDY, Sampling
+    from agents.team.graph import GREEDY, Sampling
+    from agents.team.roles import load_prompts
     from app.commands_serve import allow_weak_sandbox
     from learner.episode import EpisodeSetup, ScoringError, play
     from learner.registry import RegistryError
@@ -173,7 +173,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import shlex
 
-    from agents.policy import PolicyError
+    from agents.serving.policy import PolicyError
     from learner.evaluate import (
         BASE_VARIANT,
         EvalConfig,

@@ -15,7 +15,7 @@ from typing import TextIO
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    from agents.models import provision_model
+    from agents.serving.models import provision_model
 
     provision_model(args.model)
     return 0
@@ -29,7 +29,7 @@ def quiet_request_logs() -> None:
 
 def allow_weak_sandbox(args: argparse.Namespace) -> None:
     """With --allow-weak-sandbox as an ordinary user: run generated code anyway, after a warning."""
-    from agents.sandbox import WEAK_SANDBOX_ENV, WEAK_SANDBOX_WARNING
+    from agents.judge.sandbox import WEAK_SANDBOX_ENV, WEAK_SANDBOX_WARNING
 
     if args.allow_weak_sandbox and os.geteuid() != 0:
         os.environ[WEAK_SANDBOX_ENV] = "1"
@@ -53,10 +53,10 @@ def start_with_shipped(
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agents.models import provision_model, resolve_model
-    from agents.policy import API_KEY_ENV
-    from agents.sentences import embedding_model
-    from agents.server import ServerConfig, connect_or_start
+    from agents.serving.models import provision_model, resolve_model
+    from agents.serving.policy import API_KEY_ENV
+    from agents.serving.server import ServerConfig, connect_or_start
+    from agents.team.sentences import embedding_model
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
     from learner.train import TrainArgs
@@ -139,7 +139,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from agents.testrun import run_tests
+    from agents.judge.testrun import run_tests
 
     texts = {}
     for what, path in (("code", args.code), ("tests", args.tests)):
@@ -167,7 +167,7 @@ def _entry_point(code: str, tests: str) -> str:
     else its last top-level function."""
     import ast
 
-    from agents.parsing import parse
+    from agents.judge.parsing import parse
 
     try:
         tree = parse(code)

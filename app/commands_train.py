@@ -55,7 +55,7 @@ def _train_args(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from agents.models import provision_model
+    from agents.serving.models import provision_model
     from app.commands_serve import start_with_shipped
     from learner.promotion import describe_gate
     from learner.report import plot_training_curve
@@ -128,7 +128,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_adapters(args: argparse.Namespace) -> int:
-    from agents.policy import PolicyClient
+    from agents.serving.policy import PolicyClient
     from learner.registry import adapter_name, promote, rollback
     from store import adapter_agents, adapter_lineage, open_db
 
@@ -157,7 +157,7 @@ def cmd_adapters(args: argparse.Namespace) -> int:
             promote(db, client, args.agent, args.version)
             print(f"{adapter_name(args.agent, args.version)} is active")
         elif args.action == "ship":
-            from agents.models import resolve_model
+            from agents.serving.models import resolve_model
             from learner.registry import SHIPPED, ship
 
             out = Path(args.out) if args.out else SHIPPED
@@ -199,7 +199,7 @@ def adapter_record(row: dict) -> dict:
 def cmd_learner(args: argparse.Namespace) -> int:
     import time
 
-    from agents.models import provision_model
+    from agents.serving.models import provision_model
     from learner.worker import LearnerWorker, Schedule
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import store
-from agents.policy import PolicyClient
-from agents.roles import MAX_AGENTS
+from agents.serving.policy import PolicyClient
+from agents.team.roles import MAX_AGENTS
 from store.paths import coteam_home
 
 if TYPE_CHECKING:  # the learner imports torch: only `coteam serve` loads it, when it trains

@@ -18,8 +18,9 @@ from dataclasses import replace
 
 import gradio as gr
 
-from agents.roles import PROMPTS, SHAPES
-from agents.team import MAX_TURNS, Sampling, size_from_setting
+from agents.team.episode import size_from_setting
+from agents.team.graph import MAX_TURNS, Sampling
+from agents.team.roles import PROMPTS, SHAPES
 from app.context import AppContext
 from app.cowork_choices import (
     AB,

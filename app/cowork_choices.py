@@ -10,7 +10,6 @@ import textwrap
 from dataclasses import replace
 
 import store
-from agents.roles import role_names
 from agents.tasks import (
     HUMANEVAL_HELD_OUT,
     MAX_PROMPT_CHARS,
@@ -22,7 +21,8 @@ from agents.tasks import (
     longform_tasks,
     xsum_tasks,
 )
-from agents.team import size_from_setting
+from agents.team.episode import size_from_setting
+from agents.team.roles import role_names
 from app.context import AppContext
 from learner.registry import adapter_name, ensure_loaded, load_version
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import gradio as gr
 
 import store
-from agents.combine import extract_code
-from agents.testrun import TestReport, run_tests
+from agents.judge.testrun import TestReport, run_tests
+from agents.team.combine import extract_code
 from app import rating
 from app.context import AppContext
 from app.cowork_choices import MAX_PANES

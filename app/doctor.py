@@ -9,8 +9,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from agents.models import PRESETS, ModelError, model_provenance, resolve_model, sha256_of
-from agents.policy import PolicyClient
+from agents.serving.models import PRESETS, ModelError, model_provenance, resolve_model, sha256_of
+from agents.serving.policy import PolicyClient
 from store.paths import coteam_home, models_dir, venv_python
 
 MIN_FREE_GB = 5
@@ -50,7 +50,7 @@ def check_vllm_env() -> tuple[bool, str]:
     if plugin != "True":
         return False, (
             f"vLLM {vllm_version} in {python.parent.parent} lacks CoTeam's plugin "
-            "(agents/vllm_plugin; run `make setup`): on a CPU, base-model answers batched with "
+            "(agents/serving/vllm_plugin; run `make setup`): on a CPU, base-model answers batched with "
             "adapter requests take an adapter's weights"
         )
     return True, f"vLLM {vllm_version} with CoTeam's plugin in {python.parent.parent}"
@@ -83,7 +83,7 @@ def check_model(spec: str) -> tuple[bool, str]:
 def check_server(url: str | None) -> tuple[bool, str]:
     if not url:
         return True, "vLLM health: no --vllm-url given (`coteam serve` starts its own server)"
-    from agents.server import ServerError, check_key
+    from agents.serving.server import ServerError, check_key
 
     client = PolicyClient(url)
     if not client.healthy():
@@ -114,7 +114,7 @@ def check_home_writable() -> tuple[bool, str]:
 
 
 def check_sandbox() -> tuple[bool, str]:
-    from agents.sandbox import WEAK_SANDBOX_ENV, isolation_level
+    from agents.judge.sandbox import WEAK_SANDBOX_ENV, isolation_level
 
     level, layers = isolation_level()
     return level == "full" or os.environ.get(WEAK_SANDBOX_ENV) == "1", f"sandbox {level}: {layers}"

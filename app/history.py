@@ -12,7 +12,7 @@ import textwrap
 import gradio as gr
 
 import store
-from agents.roles import SHAPES
+from agents.team.roles import SHAPES
 from app.context import AppContext
 from app.cowork_results import display_code
 from app.live import EPISODE_STATES

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import store
-from agents.episode_result import EpisodeResult
-from agents.policy import PolicyError
-from agents.roles import Role
+from agents.judge.testrun import TestReport
+from agents.serving.policy import PolicyError
 from agents.tasks import TaskError
-from agents.team import Policy
-from agents.testrun import TestReport
+from agents.team.graph import Policy
+from agents.team.result import EpisodeResult
+from agents.team.roles import Role
 from learner.episode import EpisodeSetup, ScoringError, play
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from agents.sandbox import isolation_level
+from agents.judge.sandbox import isolation_level
 from app.admin import AdminTab
 from app.context import AppContext
 from app.cowork import CoworkTab

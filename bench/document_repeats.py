@@ -2,10 +2,10 @@
 
 Reads the finished long-form episodes of a store (what `coteam eval --task writing --writing-set
 longform --db FILE` or a long-form training run leaves) and rebuilds each document from its
-writers' last replies, as the environment does (`agents.outline.document_sections`, each
+writers' last replies, as the environment does (`agents.team.outline.document_sections`, each
 section from its owner). For every episode it measures the redundancy of the sections as the
 writers wrote them and of the document the reader gets, the same sections after
-`agents.sentences.drop_repeats` (a sentence whose embedding's cosine with an earlier one
+`agents.team.sentences.drop_repeats` (a sentence whose embedding's cosine with an earlier one
 of the document is ≥ 0.9 is left out), with the long-form reward's measure (the worst pair of
 sections: copied trigrams, near-duplicate sentences, paraphrase; `longform_reward`'s
 `redundancy` and `document_redundancy`). Both are computed on the same
@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scipy.stats import wilcoxon  # noqa: E402
 
 import store  # noqa: E402
-from agents.outline import document_sections  # noqa: E402
-from agents.roles import team_roles  # noqa: E402
-from agents.sentences import drop_repeats  # noqa: E402
 from agents.tasks import longform_tasks  # noqa: E402
+from agents.team.outline import document_sections  # noqa: E402
+from agents.team.roles import team_roles  # noqa: E402
+from agents.team.sentences import drop_repeats  # noqa: E402
 from learner.writing_reward import longform_reward  # noqa: E402
 from store.db import rows  # noqa: E402
 

@@ -6,7 +6,7 @@ By default the team is the shipped one (`assets/adapters/agent0`, `agent1`: trai
 promoted candidate), so this re-checks the gate figures in its card. With `--fill`, the server's
 every LoRA slot is first used by other adapters (copies of the team's), as a training run's step
 adapters use them before its gate; with `--without-plugin` the comparison runs again on a server
-without CoTeam's vLLM plugin (agents/vllm_plugin: vLLM's own CPU LoRA ops, which give a base
+without CoTeam's vLLM plugin (agents/serving/vllm_plugin: vLLM's own CPU LoRA ops, which give a base
 request batched with an adapter request the last slot's weights), in the same run.
 
 Usage: python bench/gate.py [--adapters DIR DIR] [--tasks 32] [--fill] [--without-plugin]
@@ -28,9 +28,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.policy import Request  # noqa: E402
-from agents.server import ServerConfig, connect_or_start  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.serving.policy import Request  # noqa: E402
+from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from learner.promotion import GateSettings, paired_scores, validation_tasks  # noqa: E402
 from learner.reward_config import RewardWeights, SpeedBudget  # noqa: E402
 

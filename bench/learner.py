@@ -19,7 +19,7 @@ run in a subprocess with the bench environment (`scripts/setup.sh --bench`: TRL 
 the main environment's packages), one at a time, after CoTeam's model and server are gone.
 
 With --without-plugin CoTeam is timed twice, first on a server without CoTeam's vLLM plugin
-(agents/vllm_plugin: vLLM's own CPU LoRA ops), then with it: the plugin's gain in one run.
+(agents/serving/vllm_plugin: vLLM's own CPU LoRA ops), then with it: the plugin's gain in one run.
 
 Usage: python bench/learner.py [--model PRESET|FOLDER] [--group-size 4] [--tasks 2]
                                [--max-tokens 128] [--steps 2] [--vllm-url URL]
@@ -47,11 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from agents.combine import combine_code, extract_code  # noqa: E402
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.roles import Role  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import Task  # noqa: E402
-from agents.team import initial_state, make_team, observe  # noqa: E402
+from agents.team.combine import combine_code, extract_code  # noqa: E402
+from agents.team.episode import make_team
+from agents.team.graph import initial_state, observe  # noqa: E402
+from agents.team.roles import Role  # noqa: E402
 from learner.coding_reward import coding_reward  # noqa: E402
 from learner.magrpo import JOINT_MODES, MAGRPOConfig  # noqa: E402
 from learner.train import TrainArgs, training_tasks  # noqa: E402
@@ -153,7 +154,7 @@ def bench_coteam(model_path, client, args) -> dict:
 def coteam_part(model_path, args, coteam_plugin: bool = True) -> dict:
     """CoTeam's figures, on the server at --vllm-url or on a managed one started here (without
     CoTeam's vLLM plugin when `coteam_plugin` is False)."""
-    from agents.server import ServerConfig, connect_or_start
+    from agents.serving.server import ServerConfig, connect_or_start
 
     config = ServerConfig(model=str(model_path), agents=AGENTS, coteam_plugin=coteam_plugin)
     with connect_or_start(args.vllm_url, config) as client:

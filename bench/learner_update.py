@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
 from learner.magrpo import (  # noqa: E402
     AgentPolicies,

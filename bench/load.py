@@ -43,7 +43,7 @@ import psutil  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
 import store  # noqa: E402
-from agents.server import free_port  # noqa: E402
+from agents.serving.server import free_port  # noqa: E402
 
 SAVED = re.compile(r"✓ Saved rating #(\d+): .* \(episode (\d+)\)")
 PROBLEMS = ["0", "2", "4", "7", "12"]  # Co-code: curated HumanEval problems
@@ -84,9 +84,9 @@ def start_app(db_path: Path, port: int, log_path: Path, agents: int) -> subproce
 
 
 def vllm_leader(app_pid: int) -> psutil.Process | None:
-    """The managed vLLM server's group leader: the app's child that runs `agents/vllm_guard.py`."""
+    """The managed vLLM server's group leader: the app's child that runs `agents/serving/guard.py`."""
     for child in psutil.Process(app_pid).children(recursive=True):
-        if any("vllm_guard" in part for part in child.cmdline()):
+        if any(part.endswith("serving/guard.py") for part in child.cmdline()):
             return child
     return None
 

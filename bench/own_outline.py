@@ -46,9 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scipy.stats import wilcoxon  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from agents.models import DEFAULT_MODEL  # noqa: E402
-from agents.policy import Request  # noqa: E402
-from agents.server import ServerConfig, connect_or_start  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL  # noqa: E402
+from agents.serving.policy import Request  # noqa: E402
+from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.tasks import (  # noqa: E402
     LONGFORM_SECTIONS,
     Task,
@@ -56,7 +56,7 @@ from agents.tasks import (  # noqa: E402
     longform_prompt_task,
     longform_tasks,
 )
-from agents.team import GREEDY  # noqa: E402
+from agents.team.graph import GREEDY  # noqa: E402
 from learner.episode import EpisodeSetup, play  # noqa: E402
 
 # The default outline before it had leads (until 2026-11-28): four parts by their briefs alone

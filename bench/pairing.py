@@ -8,7 +8,7 @@ samples, the advantages the two joint modes of `learner.magrpo` would train on:
     aligned  sample g of every agent is joint action g: G joint rewards, every agent the same
              advantages
     cross    every agent's samples with every teammate's (G^agents joint actions, each combined
-             and judged as an episode, `agents.crossing.recombine`): agent i's sample k returns the
+             and judged as an episode, `agents.team.crossing.recombine`): agent i's sample k returns the
              mean joint reward of the joint actions it is part of (`learner.train.cross_group`)
 
 and prints, per agent: the groups with any signal (a non-zero advantage: what an update can learn
@@ -41,10 +41,10 @@ import torch  # noqa: E402
 from scipy.stats import kendalltau  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from agents.feedback import checker_for  # noqa: E402
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.server import ServerConfig, connect_or_start  # noqa: E402
-from agents.team import Sampling  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
+from agents.team.feedback import checker_for  # noqa: E402
+from agents.team.graph import Sampling  # noqa: E402
 from learner.magrpo import MAGRPOConfig, group_advantages, has_signal  # noqa: E402
 from learner.train import (  # noqa: E402
     TrainArgs,

@@ -99,10 +99,10 @@ def decisive_votes(
 
 def sample(db_path: Path, args) -> None:
     """--candidates answers to each of the first --sample training tasks, into --db."""
-    from agents.models import DEFAULT_MODEL, provision_model
-    from agents.server import ServerConfig, connect_or_start
+    from agents.serving.models import DEFAULT_MODEL, provision_model
+    from agents.serving.server import ServerConfig, connect_or_start
     from agents.tasks import split_tasks
-    from agents.team import Sampling
+    from agents.team.graph import Sampling
     from learner.episode import play
     from store.paths import venv_python
 

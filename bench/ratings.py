@@ -87,11 +87,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scipy.stats import binomtest  # noqa: E402
 
 import store  # noqa: E402
-from agents.combine import extract_code  # noqa: E402
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.parsing import parse  # noqa: E402
+from agents.judge.parsing import parse  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
-from agents.team import GREEDY, Sampling  # noqa: E402
+from agents.team.combine import extract_code  # noqa: E402
+from agents.team.graph import GREEDY, Sampling  # noqa: E402
 from learner.episode import EpisodeSetup, play  # noqa: E402
 from learner.evaluate import episode_metrics  # noqa: E402
 from learner.magrpo import MAGRPOConfig  # noqa: E402
@@ -659,7 +659,7 @@ def main() -> None:
         parser.error("--candidates must be >= 2 (a pair)")
     if args.group_size < 2:
         parser.error("--group-size must be >= 2 (the advantage needs a group)")
-    from agents.server import ServerConfig, connect_or_start
+    from agents.serving.server import ServerConfig, connect_or_start
     from store.paths import venv_python
 
     # the model and the vLLM environment come from the real home, before it is swapped

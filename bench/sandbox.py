@@ -23,17 +23,17 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents import sandbox  # noqa: E402
+from agents.judge import sandbox  # noqa: E402
+from agents.judge.testrun import run_tests  # noqa: E402
 from agents.tasks import humaneval_tasks  # noqa: E402
-from agents.testrun import run_tests  # noqa: E402
 
 
 def time_trivial(runs: int) -> dict[str, float]:
     """Median seconds of one trivial run per variant."""
     variants = {
         "full": {},
-        "no syscall filter": {"agents.sandbox._seccomp_config": lambda: None},
-        "no cgroup": {"agents.sandbox_limits.RunCgroups.create": lambda limits: None},
+        "no syscall filter": {"agents.judge.sandbox._seccomp_config": lambda: None},
+        "no cgroup": {"agents.judge.limits.RunCgroups.create": lambda limits: None},
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     sandbox.run_untrusted("print(1)")  # the interpreter probe runs once, outside the timing

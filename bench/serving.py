@@ -1,7 +1,7 @@
 """Serving benchmark: tokens/s of the same model through the vLLM server and through transformers
 `generate`, at batch 1 and with 8 concurrent requests, printed with their ratios; the server is
 measured with the weights in each dtype asked (bf16, the model's own, and float32: on a CPU
-without native bf16 the server's default is float32, `agents.server.cpu_has_bf16`); plus batch-1
+without native bf16 the server's default is float32, `agents.serving.server.cpu_has_bf16`); plus batch-1
 decode against the memory-bandwidth bound; and the server's tokens/s per stream when 4 greedy
 requests, each held to the full length, decode side by side (a 4-writer team) against one
 alone. With `--lora`, the 8 concurrent requests are also sent through two LoRA adapters of the
@@ -10,7 +10,7 @@ learner's shape (rank, alpha and target modules of `MAGRPOConfig`), half each, a
 on the base model and through the two adapters: the 16 requests of 2 coding training tasks x 2
 agents x G = 4 samples, each agent's own observation (prompts of about 450 tokens, which
 one-line tasks do not show). With `--without-plugin` every
-server is measured again without CoTeam's vLLM plugin (agents/vllm_plugin): vLLM's own CPU LoRA
+server is measured again without CoTeam's vLLM plugin (agents/serving/vllm_plugin): vLLM's own CPU LoRA
 ops, the baseline of the plugin's gain.
 
 Bound: decoding one token at batch 1 reads every weight matrix once, so tokens/s <= read bandwidth
@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.policy import PolicyClient, Request  # noqa: E402
-from agents.server import ServerConfig, connect_or_start  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.serving.policy import PolicyClient, Request  # noqa: E402
+from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 
 TASKS = [
     "Write a Python function that returns the n-th Fibonacci number.",

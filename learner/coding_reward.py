@@ -10,8 +10,8 @@ import ast
 import re
 from collections.abc import Sequence
 
-from agents.parsing import parse
-from agents.testrun import TestReport, run_tests
+from agents.judge.parsing import parse
+from agents.judge.testrun import TestReport, run_tests
 from learner.reward_config import RewardWeights
 
 

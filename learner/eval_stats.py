@@ -87,7 +87,7 @@ DEFINITIONS = {
         "role's word bounds, falling linearly to 0 at 0 words and at twice the maximum",
         "document_redundancy": "long-form only: the redundancy of the document the reader "
         "gets, its sections after the environment left out each sentence that repeats an "
-        "earlier one (embedding cosine ≥ 0.9; agents.sentences.drop_repeats)",
+        "earlier one (embedding cosine ≥ 0.9; agents.team.sentences.drop_repeats)",
         "repeats_dropped": "long-form only: share of the writers' sentences left out of the "
         "document as repeats",
         "turns": "turns the episode took",
@@ -110,11 +110,11 @@ DEFINITIONS["writing"]["word_time_vs_single"] = (
     "same task: the speed at equal length (a single writer that stops early is fast by writing "
     "less); only when `single` ran"
 )
-# The long-form set (4-section documents, agents/outline.py) measures structure and redundancy
+# The long-form set (4-section documents, agents/team/outline.py) measures structure and redundancy
 # on the document's sections, for `single` too.
 LONGFORM_DEFINITIONS = {
     "structure": "structure compliance: share of the outline's 4 sections written non-empty, "
-    "under their heading, by their owner and by no one else (agents.outline)",
+    "under their heading, by their owner and by no one else (agents.team.outline)",
     "redundancy": "the long-form reward's redundancy between the document's sections (worst "
     "pair): the larger of copied trigrams / near-duplicate sentences and paraphrase (mean "
     "nearest-sentence cosine mapped from 0.65-0.80 onto 0-1); 0 is best; for `single` too",

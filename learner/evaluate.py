@@ -47,13 +47,14 @@ from pathlib import Path
 from typing import Any
 
 import store
-from agents.episode_result import EpisodeResult
-from agents.outline import structure_compliance
-from agents.roles import SHAPES
-from agents.sentences import embedding_model
-from agents.server import machine
+from agents.serving.server import machine
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY, Policy, Sampling, size_from_setting
+from agents.team.episode import size_from_setting
+from agents.team.graph import GREEDY, Policy, Sampling
+from agents.team.outline import structure_compliance
+from agents.team.result import EpisodeResult
+from agents.team.roles import SHAPES
+from agents.team.sentences import embedding_model
 from learner.coding_reward import defines_with_return, parses
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.team import Policy
+from agents.team.graph import Policy
 from learner.evaluate import EvalConfig, EvalError, eval_tasks, run_eval
 
 

@@ -32,7 +32,7 @@ Cross pairing (`joint_mode="cross"`, the authors' library's option of that name)
 aligned mode an agent's good sample paired with a teammate's bad one earns the pair's low reward.
 Crossed, every agent's G samples are combined with every teammate's (G^N joint actions from the
 same G samples per agent, each combined and judged by the environment as an episode would be,
-`agents.crossing.recombine`), and agent i's sample k returns the mean joint reward of the joint
+`agents.team.crossing.recombine`), and agent i's sample k returns the mean joint reward of the joint
 actions it is part of (`cross_returns`): its own share of the outcome, averaged over what its
 teammates might write, so each agent gets advantages of its own. (The authors' library sums
 instead of averaging: the same advantages times G^(N−1).) One turn only: a second turn's

@@ -4,7 +4,7 @@ Ratings arrive a few at a time, about outputs of older adapters, so they are not
 directly (the store keeps neither the sampling log-probs nor the finish reason, so an
 importance weight against the producing policy cannot be computed). Instead a small
 Bradley–Terry model learns a score s(x) = w·φ(x) + b over the output's features φ(x)
-(`features`): its sentence embedding (all-MiniLM-L6-v2, `agents.sentences.embed_texts`)
+(`features`): its sentence embedding (all-MiniLM-L6-v2, `agents.team.sentences.embed_texts`)
 beside the words it has (word unigrams and bigrams hashed into WORD_FEATURES dimensions, each 1
 when present: a word both outputs of a pair have cancels in their difference, whatever their
 lengths), and every new rollout is scored by it. The words rank a taste in code far better than
@@ -46,8 +46,8 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 from sqlite_utils import Database
 
-from agents.sentences import embed_texts
 from agents.tasks import evaluation_split
+from agents.team.sentences import embed_texts
 from learner.reward_config import RewardWeights
 from learner.rewards import rating_to_unit
 from store.db import open_db, rows

@@ -30,9 +30,9 @@ from pathlib import Path
 from scipy import stats
 
 import store
-from agents.policy import PolicyClient
+from agents.serving.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import GREEDY
+from agents.team.graph import GREEDY
 from learner.episode import EpisodeSetup, play
 from learner.preference import PreferenceModel, run_preference_model
 from learner.registry import adapter_name, ensure_loaded, load_version, promote, work_kind

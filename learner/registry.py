@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 import store
-from agents.policy import PolicyClient
+from agents.serving.policy import PolicyClient
 from store.adapters import adapter_name
 from store.paths import adapters_dir
 
@@ -88,7 +88,7 @@ def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) ->
     registry already has versions (a person's own runs and choices are never overridden), or when
     the card's base model is not the one served (its sha256, from the model's provenance file).
     Returns the registered rows."""
-    from agents.models import model_provenance
+    from agents.serving.models import model_provenance
 
     card_file = folder / CARD
     if not card_file.is_file() or store.adapter_agents(db):
@@ -123,7 +123,7 @@ def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from agents.models import PROVENANCE_FILE, model_provenance
+    from agents.serving.models import PROVENANCE_FILE, model_provenance
 
     active = store.active_adapters(db)
     if not active:

@@ -32,7 +32,7 @@ from typing import Any
 from sqlite_utils import Database
 
 import store
-from agents.testrun import TestReport, run_tests
+from agents.judge.testrun import TestReport, run_tests
 from learner.coding_reward import coding_reward, parses
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.writing_reward import longform_reward, writing_reward
@@ -125,7 +125,7 @@ TASK_REWARDS: dict[str, TaskReward] = {}
 def task_reward(form: str) -> Callable[[TaskReward], TaskReward]:
     """Register `fn(result, report, weights) -> components` as the task reward of `form` (a name
     of `reward_form`), as TRL's reward functions are given: every one takes the finished episode
-    (`agents.episode_result.EpisodeResult`), the test report of its program (None where there
+    (`agents.team.result.EpisodeResult`), the test report of its program (None where there
     is none) and the weights, and returns its components by name, `quality` and `coordination`
     among them."""
 
@@ -149,7 +149,7 @@ def reward_form(task) -> str:
 @task_reward("coding")
 def _coding(result, report: TestReport | None, weights: RewardWeights) -> dict[str, float]:
     """The team's code, owners and module, and the tests' report (`coding_reward`)."""
-    from agents.combine import extract_code
+    from agents.team.combine import extract_code
 
     task = result.task
     texts = [step["text"] for step in result.final_steps()]
@@ -166,7 +166,7 @@ def _coding(result, report: TestReport | None, weights: RewardWeights) -> dict[s
 @task_reward("longform")
 def _longform(result, report: TestReport | None, weights: RewardWeights) -> dict[str, float]:
     """Each writer's sections of the outline as the document kept them (`longform_reward`)."""
-    from agents.outline import document_sections, structure_compliance
+    from agents.team.outline import document_sections, structure_compliance
 
     task = result.task
     texts = [step["text"] for step in result.final_steps()]
@@ -220,7 +220,7 @@ def score_episode(
     weights: RewardWeights = RewardWeights(),  # noqa: B008
     budget: SpeedBudget = SpeedBudget(),  # noqa: B008
 ) -> Scored:
-    """Score one finished episode (`agents.episode_result.EpisodeResult`). Every caller scores
+    """Score one finished episode (`agents.team.result.EpisodeResult`). Every caller scores
     through here (an episode played through `learner.episode.play`, which records the score):
     the task reward registered for the task's form (`TASK_REWARDS`), then speed and the joint
     reward.

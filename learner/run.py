@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import store
-from agents.policy import PolicyClient
+from agents.serving.policy import PolicyClient
 from learner.promotion import decide, gate
 from learner.registry import adapter_name, remove_unfinished_copies
 from learner.train import (

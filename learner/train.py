@@ -36,11 +36,11 @@ from typing import get_args
 import torch
 
 import store
-from agents.crossing import recombine
-from agents.feedback import checker_for
-from agents.policy import PolicyClient
+from agents.serving.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team import MAX_TURNS, Sampling
+from agents.team.crossing import recombine
+from agents.team.feedback import checker_for
+from agents.team.graph import MAX_TURNS, Sampling
 from learner.episode import EpisodeSetup, play
 from learner.magrpo import (
     JOINT_MODES,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import store
-from agents.policy import PolicyClient
+from agents.serving.policy import PolicyClient
 from learner.registry import remove_unfinished_copies
 from learner.run import execute_run, start_run
 from learner.train import TrainArgs

@@ -2,7 +2,7 @@
 scores jointly written sections (length per role, balance, consistency of their all-MiniLM-L6-v2
 sentence embeddings, redundancy, agreement with a reference by ROUGE-1, ROUGE-L and embedding
 similarity), `longform_reward` a long-form document's sections against their outline; below them,
-the text measures they are made of (the sentences and their embeddings are `agents.sentences`')."""
+the text measures they are made of (the sentences and their embeddings are `agents.team.sentences`')."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agents.sentences import (
+from agents.team.sentences import (
     NEAR_DUPLICATE,
     drop_repeats,
     embed_texts,
@@ -103,7 +103,7 @@ def longform_reward(
     - `document_redundancy`: the same of the document the reader gets, the sections after
       `drop_repeats`; `repeats_dropped`, the share of the writers' sentences it left out (both
       reported, neither in the aggregates: the reward pays for what the writers wrote);
-    - `structure`: `compliance` (agents.outline.structure_compliance) when given, else the
+    - `structure`: `compliance` (agents.team.outline.structure_compliance) when given, else the
       share of non-empty sections;
     - with a reference: `rouge1`, `rougeL`, `reference_similarity`, `reference` as in
       `writing_reward`.

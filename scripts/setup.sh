@@ -79,12 +79,12 @@ else
   echo "    up to date"
 fi
 
-step "CoTeam's vLLM plugin (agents/vllm_plugin: LoRA on the CPU backend, right and fast)"
-want="plugin $(stamp_of "$REPO"/agents/vllm_plugin/pyproject.toml "$REPO"/agents/vllm_plugin/*.py)"
+step "CoTeam's vLLM plugin (agents/serving/vllm_plugin: LoRA on the CPU backend, right and fast)"
+want="plugin $(stamp_of "$REPO"/agents/serving/vllm_plugin/pyproject.toml "$REPO"/agents/serving/vllm_plugin/*.py)"
 if [ "$(cat "$VLLM/.coteam-plugin-stamp" 2>/dev/null)" != "$want" ]; then
   # built from a copy, so no build folder lands in the checkout; vLLM requires setuptools
   plugin=$(mktemp -d)
-  cp "$REPO"/agents/vllm_plugin/pyproject.toml "$REPO"/agents/vllm_plugin/*.py "$plugin"/
+  cp "$REPO"/agents/serving/vllm_plugin/pyproject.toml "$REPO"/agents/serving/vllm_plugin/*.py "$plugin"/
   "$VLLM/bin/pip" install --progress-bar off --no-build-isolation --no-deps "$plugin"
   rm -rf "$plugin"
   "$VLLM/bin/python" -c 'from importlib.metadata import entry_points as e; assert "coteam_cpu_lora" in e(group="vllm.general_plugins").names'

@@ -14,9 +14,9 @@ import psutil  # noqa: E402
 import pytest  # noqa: E402
 
 import store  # noqa: E402
-from agents.models import DEFAULT_MODEL, provision_model  # noqa: E402
-from agents.policy import API_KEY_ENV, PolicyClient  # noqa: E402
-from agents.server import ServerConfig, VLLMServer  # noqa: E402
+from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.serving.policy import API_KEY_ENV, PolicyClient  # noqa: E402
+from agents.serving.server import ServerConfig, VLLMServer  # noqa: E402
 
 
 def process_group_alive(pgid: int) -> bool:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from agents.policy import Completion, Request, pieces_kept
+from agents.serving.policy import Completion, Request, pieces_kept
 
 
 class ScriptedPolicy:

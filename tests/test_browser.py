@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 import store
-from agents.models import model_provenance
-from agents.server import free_port
+from agents.serving.models import model_provenance
+from agents.serving.server import free_port
 from learner.registry import CARD, SHIPPED
 from tests.conftest import adapters_as_found
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.server import free_port
+from agents.serving.server import free_port
 
 
 def coteam(*args, env=None, timeout=300):
@@ -45,7 +45,7 @@ def test_doctor_on_an_empty_data_directory_names_each_problem(tmp_path):
 
 
 def test_doctor_names_a_vllm_environment_without_coteams_plugin(tmp_path):
-    """A vLLM environment that lacks CoTeam's plugin (agents/vllm_plugin) fails the check: on a
+    """A vLLM environment that lacks CoTeam's plugin (agents/serving/vllm_plugin) fails the check: on a
     CPU, base answers batched with adapter requests would take an adapter's weights. The
     environment is a real one whose only package is a vLLM distribution record."""
     venv = tmp_path / "vllm-env"
@@ -213,7 +213,7 @@ def test_check_refuses_unreadable_input_with_a_clear_message(tmp_path, capsys):
 
 
 def test_each_vllm_server_gets_a_fresh_api_key_and_no_admin_password(monkeypatch):
-    from agents.server import ServerConfig, VLLMServer
+    from agents.serving.server import ServerConfig, VLLMServer
 
     monkeypatch.setenv("COTEAM_ADMIN_PASSWORD", "hunter2")
     first, second = VLLMServer(ServerConfig(model="m")), VLLMServer(ServerConfig(model="m"))
@@ -226,7 +226,7 @@ def test_each_vllm_server_gets_a_fresh_api_key_and_no_admin_password(monkeypatch
 def test_a_server_without_coteams_plugin_is_asked_for_by_name(monkeypatch):
     """Benchmarks measure CoTeam's vLLM plugin against vLLM's own ops: `coteam_plugin=False`
     starts vLLM with no plugins; by default the environment leaves vLLM to load them all."""
-    from agents.server import ServerConfig, VLLMServer
+    from agents.serving.server import ServerConfig, VLLMServer
 
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     assert "VLLM_PLUGINS" not in VLLMServer(ServerConfig(model="m")).environment()
@@ -237,8 +237,8 @@ def test_a_server_without_coteams_plugin_is_asked_for_by_name(monkeypatch):
 def test_the_server_computes_in_float32_on_a_cpu_without_native_bf16(monkeypatch, tmp_path):
     """vLLM's CPU backend is slow on a bf16 model without AVX512-BF16/AMX: the server is then
     told float32; on a GPU or a bf16 CPU the model's own type, and an explicit dtype wins."""
-    import agents.server as server
-    from agents.server import ServerConfig, VLLMServer
+    import agents.serving.server as server
+    from agents.serving.server import ServerConfig, VLLMServer
 
     python = tmp_path / "python"
     python.write_text("")

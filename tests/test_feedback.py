@@ -1,15 +1,15 @@
 """The environment's feedback to each agent, for coding and writing teams."""
 
-from agents.combine import combine_code
-from agents.feedback import (
+from agents.tasks import humaneval_task, writing_prompt_task
+from agents.team.combine import combine_code
+from agents.team.feedback import (
     CodeCheck,
     assess_code,
     assess_writing,
     overlap,
     parse_check,
 )
-from agents.roles import team_roles
-from agents.tasks import humaneval_task, writing_prompt_task
+from agents.team.roles import team_roles
 
 TASK = humaneval_task(0)
 ROLES = team_roles(TASK, "parallel", 2)

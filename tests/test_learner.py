@@ -12,12 +12,13 @@ import time
 import pytest
 
 import store
-from agents.crossing import recombine
-from agents.feedback import checker_for
-from agents.models import model_provenance
-from agents.policy import PolicyError, Request
+from agents.serving.models import model_provenance
+from agents.serving.policy import PolicyError, Request
 from agents.tasks import split_tasks
-from agents.team import Sampling, run_episode
+from agents.team.crossing import recombine
+from agents.team.episode import run_episode
+from agents.team.feedback import checker_for
+from agents.team.graph import Sampling
 from app.commands_train import adapter_record
 from learner.magrpo import MAGRPOConfig
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback

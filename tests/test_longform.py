@@ -9,17 +9,7 @@ import re
 
 import pytest
 
-from agents.outline import (
-    assign_sections,
-    document_sections,
-    match_heading,
-    own_sections,
-    structure_compliance,
-    writer_stop,
-)
-from agents.policy import pieces_kept
-from agents.roles import section_min_tokens, section_words_of, team_roles, token_share
-from agents.sentences import drop_repeats
+from agents.serving.policy import pieces_kept
 from agents.tasks import (
     DEFAULT_OUTLINE,
     LONGFORM_WORDS,
@@ -28,6 +18,16 @@ from agents.tasks import (
     longform_prompt_task,
     longform_tasks,
 )
+from agents.team.outline import (
+    assign_sections,
+    document_sections,
+    match_heading,
+    own_sections,
+    structure_compliance,
+    writer_stop,
+)
+from agents.team.roles import section_min_tokens, section_words_of, team_roles, token_share
+from agents.team.sentences import drop_repeats
 from learner.rewards import score_episode
 from learner.writing_reward import longform_reward
 from tests.scripted import ScriptedPolicy, adapters, agent_of
@@ -138,7 +138,7 @@ def section_reply(request) -> str:
 
 
 def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
-    from agents.team import run_episode
+    from agents.team.episode import run_episode
 
     task = longform_tasks("held_out")[0]
     policy = ScriptedPolicy(section_reply)
@@ -166,7 +166,8 @@ def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
 def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_path):
     """A looping section stops at its writer's share, not at the run's cap: four writers of one
     section each get a quarter of what the single writer of all four gets (both under the cap)."""
-    from agents.team import Sampling, run_episode
+    from agents.team.episode import run_episode
+    from agents.team.graph import Sampling
 
     task = longform_tasks("held_out")[0]
     shares = {}
@@ -213,7 +214,8 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
     """The untrained single writer often ends its reply after one or two of the four sections:
     the environment writes the next own section's heading and the model continues its reply,
     within the writer's one token share, until each of its sections is begun."""
-    from agents.team import Sampling, run_episode
+    from agents.team.episode import run_episode
+    from agents.team.graph import Sampling
 
     task = longform_tasks("held_out")[0]
     headings = [s["heading"] for s in task.extra["outline"]]
@@ -280,11 +282,12 @@ def test_a_section_begun_and_still_unread_is_not_begun_again(tmp_path, monkeypat
     """Whatever the reason a begun section is not read as written, the environment begins each
     of a writer's sections once: a reply that keeps ending at once is given up, not continued
     until the request is longer than the model's context."""
-    import agents.writer
-    from agents.team import Sampling, run_episode
+    import agents.team.writer
+    from agents.team.episode import run_episode
+    from agents.team.graph import Sampling
 
     task = longform_tasks("held_out")[0]
-    monkeypatch.setattr(agents.writer, "next_section", lambda text, outline, mine: mine[-1])
+    monkeypatch.setattr(agents.team.writer, "next_section", lambda text, outline, mine: mine[-1])
     policy = ScriptedPolicy(lambda request: "")
     run_episode(
         task, policy, shape="single", agents=1, adapters=adapters(1),
@@ -298,7 +301,8 @@ def test_an_own_request_without_sections_begins_each_section_with_its_lead(tmp_p
     """The default outline's sections are four kinds of text; each but the first is begun by
     the environment with its lead, in a writer's first call and in a continued one alike, so
     four writers do not all open by defining the subject."""
-    from agents.team import Sampling, run_episode
+    from agents.team.episode import run_episode
+    from agents.team.graph import Sampling
 
     task = longform_prompt_task("Write an explainer article about tides for a general reader.")
     leads = [lead for _, _, lead in DEFAULT_OUTLINE]
@@ -319,7 +323,7 @@ def test_an_own_request_without_sections_begins_each_section_with_its_lead(tmp_p
 def test_a_continued_call_is_stopped_on_the_whole_reply():
     """The stop of a call that continues a reply judges the reply so far with the new text: a
     sentence or an own heading written before ends the new text there."""
-    from agents.writer import continuing
+    from agents.team.writer import continuing
 
     before = (
         "## Early life\n\nHe was born in Rome to a family of bakers and poets.\n\n## Legacy\n\n"
@@ -463,7 +467,7 @@ def test_consistency_notices_a_section_in_another_voice_and_format():
 def test_a_writer_stopped_at_a_teammates_heading_leaves_no_stray_hash(tmp_path):
     """vLLM ends a call at the stop string `# Heading`, so the `#` before it is already in the
     text ("...\n\n#"): it is cut, and the document has no line of bare `#`."""
-    from agents.team import run_episode
+    from agents.team.episode import run_episode
 
     task = longform_tasks("held_out")[0]
     policy = ScriptedPolicy(lambda request: section_reply(request) + "\n\n#")
@@ -557,7 +561,7 @@ def test_a_stop_keeps_whole_pieces_and_a_loop_ends_the_call(tmp_path):
     assert pieces_kept(late, stop) == ["Born in"]
     assert pieces_kept(late, stop, whole=False) == ["Born in", " Rome.\n\n"]
 
-    from agents.team import run_episode
+    from agents.team.episode import run_episode
 
     loop = "The bees of the hive work together every day of the year. "
     task = longform_tasks("held_out")[0]

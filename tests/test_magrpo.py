@@ -6,10 +6,11 @@ import pytest
 import torch
 
 import store
-from agents.crossing import recombine
-from agents.feedback import sandbox_check
 from agents.tasks import humaneval_task
-from agents.team import Sampling, run_group
+from agents.team.crossing import recombine
+from agents.team.episode import run_group
+from agents.team.feedback import sandbox_check
+from agents.team.graph import Sampling
 from learner.magrpo import (
     AgentPolicies,
     MAGRPOConfig,
@@ -346,7 +347,7 @@ def test_a_call_whose_reply_was_cut_to_nothing_is_a_sample_with_no_tokens():
     returns no token ids at all is refused."""
     from types import SimpleNamespace
 
-    from agents.policy import Completion
+    from agents.serving.policy import Completion
 
     def result(token_ids):
         done = Completion("", None, 2, 0, 0.1, None, "stop", [1, 2], token_ids, [])

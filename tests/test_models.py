@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from agents.models import (
+from agents.serving.models import (
     DEFAULT_MODEL,
     PRESETS,
     ModelError,

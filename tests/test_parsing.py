@@ -1,5 +1,5 @@
 """Parsing Python in threads: one parse at a time (CPython 3.11's AST conversion is not safe from
-several threads at once, agents/parsing.py), and no module parses around it."""
+several threads at once, agents/judge/parsing.py), and no module parses around it."""
 
 import ast
 import pathlib
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-import agents.parsing
-from agents.parsing import parse
+import agents.judge.parsing
+from agents.judge.parsing import parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def test_parse_is_ast_parse():
 def test_a_parse_waits_for_the_one_in_progress():
     done = threading.Event()
     worker = threading.Thread(target=lambda: (parse("x = 1"), done.set()))
-    with agents.parsing._ONE_AT_A_TIME:  # as if another thread were parsing
+    with agents.judge.parsing._ONE_AT_A_TIME:  # as if another thread were parsing
         worker.start()
         assert not done.wait(0.5)  # it waits for the lock, however long it is held
     worker.join(timeout=30)
@@ -43,17 +43,17 @@ def test_a_parse_that_meets_the_depth_mismatch_is_tried_again_with_the_collector
             raise SystemError("AST constructor recursion depth mismatch (before=36, after=62)")
         return real(source)
 
-    monkeypatch.setattr(agents.parsing.ast, "parse", flaky)
+    monkeypatch.setattr(agents.judge.parsing.ast, "parse", flaky)
     assert isinstance(parse("x = 1"), ast.Module)
     assert seen == [False, False] and gc.isenabled()  # paused during each try, then back on
     # another SystemError, or the error every time, is raised
     monkeypatch.setattr(
-        agents.parsing.ast, "parse", lambda s: (_ for _ in ()).throw(SystemError("x"))
+        agents.judge.parsing.ast, "parse", lambda s: (_ for _ in ()).throw(SystemError("x"))
     )
     with pytest.raises(SystemError, match="x"):
         parse("x = 1")
     always = SystemError("AST constructor recursion depth mismatch")
-    monkeypatch.setattr(agents.parsing.ast, "parse", lambda s: (_ for _ in ()).throw(always))
+    monkeypatch.setattr(agents.judge.parsing.ast, "parse", lambda s: (_ for _ in ()).throw(always))
     with pytest.raises(SystemError, match="mismatch"):
         parse("x = 1")
     assert gc.isenabled()
@@ -67,6 +67,6 @@ def test_no_module_parses_python_around_the_lock():
         if "ast.parse(" in path.read_text()
         and path.name != "parsing.py"
         # the sandbox's programs run in their own interpreter, never in the app's threads
-        and path.parent != ROOT / "agents" / "harness"
+        and path.parent != ROOT / "agents" / "judge" / "harness"
     ]
     assert direct == []

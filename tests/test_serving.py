@@ -14,7 +14,7 @@ import psutil
 import pytest
 import torch
 
-from agents.policy import PolicyClient, PolicyError, Request
+from agents.serving.policy import PolicyClient, PolicyError, Request
 from tests.conftest import adapters_as_found, process_group_alive
 from tests.lora import train_lora
 
@@ -66,8 +66,8 @@ def test_a_begun_reply_is_continued_not_answered_anew(policy):
 def test_the_server_takes_every_long_form_writers_stop_strings(policy):
     """The OpenAI-compatible API refuses more than 4 stop strings: each writer of a 2-, 3- and
     4-agent long-form team sends its own, and the server accepts them."""
-    from agents.roles import team_roles
     from agents.tasks import longform_tasks
+    from agents.team.roles import team_roles
 
     task = longform_tasks("held_out")[0]
     requests = [
@@ -217,7 +217,7 @@ def test_base_answers_stay_base_when_every_adapter_slot_has_been_used(
     """vLLM-CPU's own LoRA ops give a token without an adapter (index -1) the last slot's
     weights, and a slot keeps its weights after its adapter is gone: once every slot has held
     an adapter, a base request batched with an adapter request answered with that adapter
-    (measured: garbled, as the adapter's own answer). CoTeam's vLLM plugin (agents/vllm_plugin)
+    (measured: garbled, as the adapter's own answer). CoTeam's vLLM plugin (agents/serving/vllm_plugin)
     skips index -1."""
     prompt = [{"role": "user", "content": "Write a Python function that reverses a string."}]
     base = policy.generate([Request(prompt, max_tokens=24)])[0].text
@@ -235,7 +235,7 @@ def test_base_answers_stay_base_when_every_adapter_slot_has_been_used(
     if not vllm_server.gpu:
         log = vllm_server.log_path.read_text(errors="replace")
         assert "coteam plugin: CPU LoRA ops replaced" in log, (
-            "the vLLM environment lacks CoTeam's plugin (agents/vllm_plugin): run scripts/setup.sh"
+            "the vLLM environment lacks CoTeam's plugin (agents/serving/vllm_plugin): run scripts/setup.sh"
         )
 
 
@@ -299,7 +299,7 @@ ORPHAN_SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from agents.server import ServerConfig, VLLMServer
+    from agents.serving.server import ServerConfig, VLLMServer
     server = VLLMServer(ServerConfig(model=sys.argv[1], agents=1), log_path=Path(sys.argv[2]))
     server.start()
     print(server._proc.pid, flush=True)

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 import store
-from agents.policy import PolicyError
+from agents.serving.policy import PolicyError
 from learner import registry
 
 

@@ -7,12 +7,13 @@ import threading
 import pytest
 
 import store
-from agents.feedback import CodeCheck
-from agents.policy import PolicyError
-from agents.roles import SHAPES, frame_echo, load_prompts, role_names, team_roles
+from agents.serving.policy import PolicyError
 from agents.tasks import humaneval_task, writing_prompt_task, xsum_tasks
-from agents.team import GREEDY, Sampling, build_graph, make_team, run_episode, run_group
-from agents.writer import earliest
+from agents.team.episode import make_team, run_episode, run_group
+from agents.team.feedback import CodeCheck
+from agents.team.graph import GREEDY, Sampling, build_graph
+from agents.team.roles import SHAPES, frame_echo, load_prompts, role_names, team_roles
+from agents.team.writer import earliest
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 CODING = humaneval_task(0)

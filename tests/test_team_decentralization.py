@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from agents.feedback import CodeCheck
-from agents.roles import SHAPES
 from agents.tasks import humaneval_task, writing_prompt_task
-from agents.team import run_episode
+from agents.team.episode import run_episode
+from agents.team.feedback import CodeCheck
+from agents.team.roles import SHAPES
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
 MARK = re.compile(r"MARK-a(\d)-c(\d+)")  # agent, call number of that agent

@@ -9,9 +9,10 @@ import sys
 import pytest
 
 import store
-from agents.models import model_provenance
+from agents.serving.models import model_provenance
 from agents.tasks import humaneval_task, xsum_tasks
-from agents.team import Sampling, run_episode
+from agents.team.episode import run_episode
+from agents.team.graph import Sampling
 from learner.registry import CARD, SHIPPED
 from tests.conftest import adapters_as_found
 

@@ -13,11 +13,11 @@ from dataclasses import replace
 
 import pytest
 
-from agents.feedback import sandbox_check
-from agents.harness.codec import NotPlain, decode, encode
-from agents.sandbox_result import SandboxResult
+from agents.judge.harness.codec import NotPlain, decode, encode
+from agents.judge.result import SandboxResult
+from agents.judge.testrun import _report, plan_tests, run_tests
 from agents.tasks import Task, humaneval_tasks
-from agents.testrun import _report, plan_tests, run_tests
+from agents.team.feedback import sandbox_check
 from learner.coding_reward import coding_reward
 
 TESTS = textwrap.dedent(

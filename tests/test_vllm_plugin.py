@@ -1,4 +1,4 @@
-"""CoTeam's vLLM plugin (agents/vllm_plugin): its LoRA ops give what vLLM's CPU torch ops give
+"""CoTeam's vLLM plugin (agents/serving/vllm_plugin): its LoRA ops give what vLLM's CPU torch ops give
 for every token with an adapter, and no delta to a token without one (index -1), which vLLM's
 own ops give the last slot's. The reference below is vLLM 0.32's op, token by token; the
 plugin's effect on a real server is tested in tests/test_serving.py."""
@@ -6,7 +6,7 @@ plugin's effect on a real server is tested in tests/test_serving.py."""
 import pytest
 import torch
 
-from agents.vllm_plugin import coteam_vllm_plugin as plugin
+from agents.serving.vllm_plugin import coteam_vllm_plugin as plugin
 
 SLOTS, RANK, HIDDEN, KV = 4, 8, 896, 128
 

@@ -12,9 +12,9 @@ import gradio as gr
 import pytest
 
 import store
-from agents.policy import PolicyError
+from agents.serving.policy import PolicyError
 from agents.tasks import MAX_PROMPT_CHARS, TaskError, longform_tasks
-from agents.team import Sampling
+from agents.team.graph import Sampling
 from app import rating
 from app.admin import AdminTab
 from app.admin_training import learner_status
@@ -471,7 +471,7 @@ def test_running_and_rating_are_named_in_the_http_api_and_admin_is_not(ctx):
 
 
 def test_the_page_warns_everyone_when_the_sandbox_is_weak(ctx, monkeypatch):
-    from agents import sandbox
+    from agents.judge import sandbox
 
     def warnings(demo):
         return [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sandbox-warning"]

@@ -14,9 +14,9 @@ os.environ["COTEAM_ALLOW_WEAK_SANDBOX"] = "1"
 
 import psutil  # noqa: E402
 
-from agents.sandbox import run_untrusted  # noqa: E402
-from agents.sandbox_limits import Limits  # noqa: E402
-from agents.testrun import run_tests  # noqa: E402
+from agents.judge.limits import Limits  # noqa: E402
+from agents.judge.sandbox import run_untrusted  # noqa: E402
+from agents.judge.testrun import run_tests  # noqa: E402
 
 HOSTILE = textwrap.dedent(
     f"""

@@ -2,11 +2,11 @@
 
 `run_untrusted(code, limits)` runs `code` in a fresh Python interpreter and returns a
 `SandboxResult` saying what it printed, how it ended and, when it was stopped, which limit stopped
-it in plain words. The test runner built on it is `agents/testrun.py`. This module prepares a
+it in plain words. The test runner built on it is `agents/judge/testrun.py`. This module prepares a
 run and starts it; `Limits`, the throw-away uid, rlimits and cgroups are in
-`agents/sandbox_limits.py`, reading the output and describing the end in `agents/sandbox_result.py`,
-and the programs that set up the layers and run the code in `agents/harness/launcher.py` and
-`agents/harness/prelude.py`.
+`agents/judge/limits.py`, reading the output and describing the end in `agents/judge/result.py`,
+and the programs that set up the layers and run the code in `agents/judge/harness/launcher.py` and
+`agents/judge/harness/prelude.py`.
 
 Layers, outermost first (as measured on a root Linux machine; `SandboxResult.layers` names the
 ones that were active for a run):
@@ -60,8 +60,8 @@ import threading
 import time
 from pathlib import Path
 
-from agents.sandbox_limits import Limits, RunCgroups, pick_uid, rlimits_for
-from agents.sandbox_result import (
+from agents.judge.limits import Limits, RunCgroups, pick_uid, rlimits_for
+from agents.judge.result import (
     SandboxError,
     SandboxResult,
     collect_output,
@@ -111,7 +111,7 @@ def hidden_paths(interpreter: str) -> list[str]:
     the app's checkout, its home (virtual environments, models, the database), the active
     virtual environment and the task data (HumanEval's canonical solutions). A folder that holds
     the sandbox's interpreter stays visible (it could not start otherwise)."""
-    candidates = [Path(__file__).resolve().parents[1], Path(sys.prefix).resolve()]
+    candidates = [Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()]
     home = os.environ.get("COTEAM_HOME")
     candidates.append(Path(home).resolve() if home else Path.home() / ".coteam")
     with contextlib.suppress(ImportError):

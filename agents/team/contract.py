@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from agents.parsing import parse
+from agents.judge.parsing import parse
 from agents.tasks import Task, with_stub_bodies
 
 # the functions each coding role writes ({entry}: the task's entry point)

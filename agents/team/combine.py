@@ -27,7 +27,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from agents.parsing import parse
+from agents.judge.parsing import parse
 from agents.tasks import with_stub_bodies
 
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)

@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from agents.outline import section_opening, written_positions
-from agents.policy import Completion, Request
-from agents.roles import HEADING_TOKENS, Role, section_min_tokens
+from agents.serving.policy import Completion, Request
+from agents.team.outline import section_opening, written_positions
+from agents.team.roles import HEADING_TOKENS, Role, section_min_tokens
 
 StopWhen = Callable[[str], int | None]
 

@@ -1,16 +1,16 @@
 """What an episode leaves: `Step`, one agent call with the exact messages the agent saw and what
 it wrote, and `EpisodeResult`, the finished episode (every step, the team's output and verdict)
-that `agents.team.run_episode` returns and the learner and the evaluation score."""
+that `agents.team.episode.run_episode` returns and the learner and the evaluation score."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from agents.policy import Completion
-from agents.roles import Role
+from agents.judge.testrun import TestReport
+from agents.serving.policy import Completion
 from agents.tasks import Task
-from agents.testrun import TestReport
+from agents.team.roles import Role
 
 
 class Step(TypedDict):

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from agents.sandbox_limits import Limits
+from agents.judge.limits import Limits
 
-# audit events, grouped for the report (the hook itself, in agents/harness/prelude.py, lists
+# audit events, grouped for the report (the hook itself, in agents/judge/harness/prelude.py, lists
 # what it refuses)
 _PROCESS_EVENTS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork")
 _PROCESS_EVENTS += ("os.kill", "pty.")

@@ -1,4 +1,4 @@
-"""Agent teams as LangGraph graphs, and `run_episode`, which runs one and records it.
+"""Agent teams as LangGraph graphs (`run_episode`, agents/team/episode.py, runs one and records it).
 
 A team is a Dec-POMDP: agent i acts on its own observation o_i (its role prompt, the task, its
 own last answer and the environment's feedback to it) and the team is judged on one joint
@@ -14,43 +14,35 @@ who acts when and which teammates' work `observe` is allowed to show:
     one_round_discussion  independent drafts, then each revises once after seeing the others'
       START ─Send×n─▶ draft ─▶ share_drafts ─Send×n─▶ revise ─▶ combine ─▶ environment ─▶ …
 
-After every turn the environment node (agents/feedback.py) turns the combined result into
+After every turn the environment node (agents/team/feedback.py) turns the combined result into
 feedback for each agent's next observation; the episode ends on success or at the turn limit.
 
 Agents acting at once are Send tasks, which LangGraph runs in threads: their requests reach the
 server together and it batches them. Nodes stream per-agent tokens through LangGraph's "custom"
-stream mode; `run_episode` reads the "updates" stream to record each agent's turn in the store
-as soon as it is done, so all database writes happen in the caller's thread. It returns an
-`EpisodeResult` (agents/episode_result.py); `run_group` runs a MAGRPO group of them at once.
+stream mode; `run_episode` reads the "updates" stream to record each agent's turn.
 
 The policy is anything with `generate(requests, on_token) -> completions`, like `PolicyClient`.
 """
 
 from __future__ import annotations
 
-import json
 import operator
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Annotated, Any, Protocol, TypedDict
 
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
-from sqlite_utils import Database
 
-import store
-from agents.combine import CombinedCode, combine_code, combine_sections, concat_code
-from agents.episode_result import EpisodeResult, Step
-from agents.feedback import Assessment, CodeChecker, assess_code, assess_writing, parse_check
-from agents.outline import assemble, document_sections, outline_of, writer_stop
-from agents.policy import Completion, Request
-from agents.roles import (
+from agents.serving.policy import Completion, Request
+from agents.tasks import Task
+from agents.team.combine import CombinedCode, combine_code, combine_sections, concat_code
+from agents.team.feedback import Assessment, CodeChecker, assess_code, assess_writing, parse_check
+from agents.team.outline import assemble, document_sections, outline_of, writer_stop
+from agents.team.result import Step
+from agents.team.roles import (
     FEEDBACK,
     NO_FEEDBACK,
     OWN_DRAFT,
@@ -62,12 +54,10 @@ from agents.roles import (
     Role,
     fill,
     frame_echo,
-    team_roles,
     token_share,
 )
-from agents.sentences import drop_repeats
-from agents.tasks import Task, save_task
-from agents.writer import continuing, earliest, go_on, without_stray_hash
+from agents.team.sentences import drop_repeats
+from agents.team.writer import continuing, earliest, go_on, without_stray_hash
 
 Event = dict[str, Any]
 
@@ -396,211 +386,3 @@ def initial_state(team: Team) -> TeamState:
         assessments=[],
         done=False,
     )
-
-
-# -- running and recording an episode --------------------------------------------------------
-
-
-def team_size(shape: str, agents: int | str | None = None) -> int:
-    """The team's size: `agents` when given (`role_names` refuses a size the shape cannot
-    have), else 1 for `single` and 2 for the other shapes."""
-    return int(agents) if agents is not None else (1 if shape == "single" else 2)
-
-
-def size_from_setting(shape: str, size: int | str) -> int:
-    """The size a team-size setting (the page's, `coteam eval --agents`) gives `shape`: the
-    setting is for the team shapes, so `single` stays one agent."""
-    return team_size(shape, None if shape == "single" else size)
-
-
-def make_team(
-    task: Task,
-    policy: Policy,
-    *,
-    shape: str = "parallel",
-    agents: int | None = None,
-    turns: int = 1,
-    adapters: Sequence[str | None] | Mapping[int, str | None] | None = None,
-    sampling: Sampling = Sampling(),
-    prompts: dict[str, str] | None = None,
-    checker: CodeChecker = parse_check,
-) -> Team:
-    """Check the settings and put a team together (see `run_episode` for the arguments)."""
-    size = team_size(shape, agents)
-    roles = team_roles(task, shape, size, prompts)
-    if turns < 1:
-        raise ValueError(f"an episode has at least one turn, not {turns}")
-    return Team(task, shape, roles, team_adapters(adapters, size), sampling, turns, policy, checker)
-
-
-def team_adapters(
-    adapters: Sequence[str | None] | Mapping[int, str | None] | None, size: int
-) -> list[str | None]:
-    """Each agent's adapter name (None: the base model) from a list, an index -> name mapping
-    (a missing agent: the base model) or None (all base); raises ValueError on a mismatch."""
-    if isinstance(adapters, Mapping):
-        unknown = set(adapters) - set(range(size))
-        if unknown:
-            raise ValueError(f"adapters for agents {sorted(unknown)}, but the team has {size}")
-        return [adapters.get(i) for i in range(size)]
-    names = list(adapters) if adapters else [None] * size
-    if len(names) != size:
-        raise ValueError(f"{len(names)} adapters for a team of {size}")
-    return names
-
-
-def run_episode(
-    task: Task,
-    policy: Policy,
-    *,
-    shape: str = "parallel",
-    agents: int | None = None,
-    turns: int = 1,
-    adapters: Sequence[str | None] | Mapping[int, str | None] | None = None,
-    sampling: Sampling = Sampling(),
-    prompts: dict[str, str] | None = None,
-    checker: CodeChecker = parse_check,
-    db: Database | str | Path | None = None,
-    group_id: str | None = None,
-    sample_index: int = 0,
-    on_event: Callable[[Event], None] | None = None,
-) -> EpisodeResult:
-    """Run one episode of a team on `task`, record it in the store as it happens, return it.
-
-    `shape` is one of SHAPES; `agents` the team size (2-4; `single` has 1); `turns` the turn
-    limit; `adapters` agent index -> adapter name on the server (None or missing: the base
-    model); `prompts` overrides role prompts (see agents/roles.py); `checker` judges code
-    (default: parse-level; the sandbox's checker runs the tests). `db` is an open store
-    connection of this thread, or a database path (None: the default one) opened here.
-    `on_event` gets every event, in this thread: episode_start, agent_start, token (per-agent
-    streamed text), agent_done (a recorded `Step`), turn_end (success and feedback), episode_end.
-    """
-    team = make_team(
-        task,
-        policy,
-        shape=shape,
-        agents=agents,
-        turns=turns,
-        adapters=adapters,
-        sampling=sampling,
-        prompts=prompts,
-        checker=checker,
-    )
-    emit = on_event or (lambda event: None)
-    database = db if isinstance(db, Database) else store.open_db(db)
-    try:
-        task_id = save_task(database, task)
-        params = {
-            "sampling": asdict(sampling),
-            "turns": turns,
-            "adapters": team.adapters,
-            "checker": getattr(checker, "__name__", type(checker).__name__),
-        }
-        with store.recording_episode(
-            database,
-            task_id,
-            shape=shape,
-            roles=[role.name for role in team.roles],
-            adapter_versions=[store.recorded_version(name) for name in team.adapters],
-            group_id=group_id,
-            sample_index=sample_index,
-            params=params,
-        ) as episode_id:
-            emit(
-                {
-                    "event": "episode_start",
-                    "episode_id": episode_id,
-                    "task_id": task_id,
-                    "shape": shape,
-                    "roles": [r.name for r in team.roles],
-                    "adapters": team.adapters,
-                }
-            )
-            start = time.perf_counter()
-            state = _run_graph(team, database, episode_id, emit)
-            wall_time_s = time.perf_counter() - start
-            store.finish_episode(database, episode_id, state["output"], wall_time_s=wall_time_s)
-    finally:
-        if database is not db:
-            database.close()
-    result = EpisodeResult(
-        episode_id=episode_id,
-        task_id=task_id,
-        task=task,
-        shape=shape,
-        roles=team.roles,
-        adapters=team.adapters,
-        steps=sorted(state["steps"], key=lambda s: (s["turn"], s["round"], s["agent"])),
-        output=state["output"],
-        success=state["assessments"][-1]["success"],
-        turns=len(state["assessments"]),
-        wall_time_s=wall_time_s,
-        assessments=state["assessments"],
-        token_budget=sampling.max_tokens * turns,
-    )
-    emit({"event": "episode_end", "episode_id": episode_id, "result": result})
-    return result
-
-
-def _run_graph(team: Team, db: Database, episode_id: int, emit: Callable[[Event], None]) -> dict:
-    """Stream the graph; record each agent call the moment it is done; return the final state."""
-    graph = build_graph(team)
-    config = {"recursion_limit": team.turns * (team.size + 6) + 10}
-    state: dict = {}
-    for mode, chunk in graph.stream(
-        initial_state(team), config, stream_mode=["custom", "updates", "values"]
-    ):
-        if mode == "custom":
-            emit({**chunk, "episode_id": episode_id})
-        elif mode == "updates":
-            for update in chunk.values():
-                for step in (update or {}).get("steps", []):
-                    store.add_turn(
-                        db,
-                        episode_id,
-                        turn=step["turn"] * team.rounds + step["round"],
-                        agent=step["agent"],
-                        observation=json.dumps(step["messages"]),
-                        completion=step["text"],
-                        prompt_tokens=step["prompt_tokens"],
-                        completion_tokens=step["completion_tokens"],
-                        latency_s=step["latency_s"],
-                    )
-                    emit({"event": "agent_done", "episode_id": episode_id, **step})
-        else:
-            state = chunk
-    return state
-
-
-def run_group(
-    task: Task,
-    policy: Policy,
-    samples: int,
-    *,
-    db: str | Path | None = None,
-    sampling: Sampling = Sampling(),
-    **settings: Any,
-) -> list[EpisodeResult]:
-    """Run `samples` episodes of one team on one task at once (a MAGRPO group), sharing a
-    `group_id`; sample g is `sample_index` g. Each runs in its own thread with its own database
-    connection (so `db` is a path), and all their requests reach the server together."""
-    if isinstance(db, Database):
-        raise ValueError("run_group opens one connection per episode: pass a database path")
-    group_id = uuid.uuid4().hex
-    with ThreadPoolExecutor(max_workers=samples) as pool:
-        futures = [
-            pool.submit(
-                run_episode,
-                task,
-                policy,
-                db=db,
-                group_id=group_id,
-                sample_index=g,
-                sampling=sampling
-                if sampling.seed is None
-                else replace(sampling, seed=sampling.seed + 100 * g),
-                **settings,
-            )
-            for g in range(samples)
-        ]
-        return [future.result() for future in futures]

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from agents.models import provision_model
-from agents.policy import API_KEY_ENV, PolicyClient
+from agents.serving.models import provision_model
+from agents.serving.policy import API_KEY_ENV, PolicyClient
 from store.paths import logs_dir, venv_python
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class ServerConfig:
     startup_timeout_s: float = 600.0
     max_restarts: int = 3
     python: Path | None = None  # the vLLM environment's interpreter
-    # False: vLLM loads none of its plugins, CoTeam's (agents/vllm_plugin) included, and runs its
+    # False: vLLM loads none of its plugins, CoTeam's (agents/serving/vllm_plugin) included, and runs its
     # own CPU LoRA ops: only for benchmarks that measure the plugin against them
     coteam_plugin: bool = True
     extra_args: list[str] = field(default_factory=list)
@@ -113,13 +113,13 @@ class ServerConfig:
         return self.agents * self.versions_kept
 
 
-GUARD = Path(__file__).with_name("vllm_guard.py")
+GUARD = Path(__file__).with_name("guard.py")
 
 
 class VLLMServer:
     """One managed `vllm.entrypoints.openai.api_server` process group.
 
-    The server runs under `vllm_guard.py`, which ends the whole group when CoTeam dies.
+    The server runs under `guard.py`, which ends the whole group when CoTeam dies.
     """
 
     def __init__(self, config: ServerConfig, log_path: Path | None = None):

@@ -1,7 +1,7 @@
 """Runs as root (or as the app's user) between fork and the program: joins the run's cgroups,
 enters the namespaces, mounts the tmpfs folders, sets the rlimits, switches to the throw-away uid,
 loads the syscall filter, reports the active layers on the status pipe, then execs the sandboxed
-interpreter. agents/sandbox.py passes this file's text with `python -I -S -c`, the JSON config and
+interpreter. agents/judge/sandbox.py passes this file's text with `python -I -S -c`, the JSON config and
 the status fd as arguments; it is never imported."""
 
 import ctypes

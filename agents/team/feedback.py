@@ -6,7 +6,7 @@ and did not, a main function that ignores its helpers, statements the combiner r
 result of the code check. The check is a seam: any `CodeChecker` (a function
 `(code, task) -> CodeCheck`) can be passed in. The default, `parse_check`, runs nothing: it parses
 the module and looks for the entry function. `sandbox_check` runs the task's tests in the sandbox
-(agents/sandbox.py, a separate process) and reports the asserts that failed; generated code is
+(agents/judge/sandbox.py, a separate process) and reports the asserts that failed; generated code is
 never executed in this process.
 
 Writing: empty sections, sections outside their role's target length, and sections that repeat
@@ -23,11 +23,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agents.combine import CombinedCode
-from agents.parsing import parse
-from agents.roles import Role
+from agents.judge.parsing import parse
+from agents.judge.testrun import TestReport, run_tests
 from agents.tasks import Task
-from agents.testrun import TestReport, run_tests
+from agents.team.combine import CombinedCode
+from agents.team.roles import Role
 
 MAX_OVERLAP = 0.5  # content-word Jaccard overlap above which two sections count as repeating
 MAX_MESSAGES = 5  # test failures shown to the agents per turn

@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.contract import (
+from agents.tasks import Task, entry_signature
+from agents.team.contract import (
     OWNS,
     arguments_of,
     code_title,
@@ -34,7 +35,6 @@ from agents.contract import (
     helper_calls,
     helper_functions,
 )
-from agents.tasks import Task, entry_signature
 
 SHAPES = (
     "parallel",
@@ -44,7 +44,7 @@ SHAPES = (
     "one_round_discussion",
     "scaffolded",
 )
-# `scaffolded` is `parallel` with the coding scaffold of agents/contract.py: the environment
+# `scaffolded` is `parallel` with the coding scaffold of agents/team/contract.py: the environment
 # writes the entry author's call of the helper and begins the helper author's reply with the
 # whole problem posed for `aux`. A named option, to compare with; on writing tasks it is
 # `parallel`. No figure that claims cooperation is measured with it.
@@ -106,7 +106,7 @@ PROMPTS: dict[str, str] = {
         "without seeing each other's work. Write your part in about {words} words, without a "
         "title or headings."
     ),
-    # -- writing: long-form documents (agents/outline.py deals out the outline's sections) --
+    # -- writing: long-form documents (agents/team/outline.py deals out the outline's sections) --
     "document_writer": (
         'You are a skilled writer. Write the article "{title}" with these sections, in '
         "order:\n{outline}\nStart each section with its heading line exactly as given (## "
@@ -209,7 +209,7 @@ ASKS: dict[str, str] = {
     "example": "Now write only the example ({words} words).",
 }
 
-# the scaffolded entry author's ask: its reply is begun with the call (agents/contract.py)
+# the scaffolded entry author's ask: its reply is begun with the call (agents/team/contract.py)
 SCAFFOLD_ASKS = {
     "entry": "Now write only your function `{entry}` above, keeping its `return` of "
     "{helper_calls} (add a check for special cases before it only if one is needed); do not "
@@ -435,7 +435,7 @@ def team_roles(
 def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
     """Long-form roles: each agent's sections from `assign_sections`, the others' named by
     heading, the outline (briefs of one's own sections) and the style sheet in every prompt."""
-    from agents.outline import (
+    from agents.team.outline import (
         STYLE_SHEET,
         assign_sections,
         outline_of,

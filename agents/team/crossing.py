@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.episode_result import EpisodeResult
-from agents.feedback import CodeChecker, parse_check
-from agents.team import Sampling, Team, assess, combine, turn_record
+from agents.team.feedback import CodeChecker, parse_check
+from agents.team.graph import Sampling, Team, assess, combine, turn_record
+from agents.team.result import EpisodeResult
 
 
 def recombine(

@@ -1,7 +1,7 @@
 """What one sandboxed run may use, and the host-side pieces that enforce it: `Limits`, the
 throw-away uid each run gets (`pick_uid`), its rlimits (`rlimits_for`) and its cgroups
-(`RunCgroups`: the memory and process count of the whole run). agents/sandbox.py hands them to the
-launcher (agents/harness/launcher.py)."""
+(`RunCgroups`: the memory and process count of the whole run). agents/judge/sandbox.py hands them to the
+launcher (agents/judge/harness/launcher.py)."""
 
 from __future__ import annotations
 

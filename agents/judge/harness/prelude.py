@@ -1,6 +1,6 @@
 """Runs first in the sandboxed interpreter (`python -I -S -c`, with the folder and "1" or "0"
 for the audit hook as arguments): installs the audit hook, then runs the program in main.py.
-agents/sandbox.py passes this file's text; it is never imported."""
+agents/judge/sandbox.py passes this file's text; it is never imported."""
 
 import os
 import sys

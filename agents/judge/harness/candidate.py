@@ -1,6 +1,6 @@
 """The program under test, served: loads the program, then answers the judge's calls.
 
-Runs in the sandbox as `main.py` after codec.py's text (agents/testrun.py joins them). Reads
+Runs in the sandbox as `main.py` after codec.py's text (agents/judge/testrun.py joins them). Reads
 `job.json` (the program, the two pipe fds, seconds per call and for loading), loads the program
 and writes on the answers pipe, one JSON line each:
 
@@ -11,10 +11,10 @@ and writes on the answers pipe, one JSON line each:
 
 Nothing here is trusted: the program can rewrite any of it or write its own lines. What it
 answers is only its answer to a call; the judge holds the tests, checks the values with its own
-code and decides every result (agents/harness/judge.py).
+code and decides every result (agents/judge/harness/judge.py).
 """
 
-# encode, decode, NotPlain and MAX_MESSAGE_CHARS are codec.py's: agents/testrun.py runs this
+# encode, decode, NotPlain and MAX_MESSAGE_CHARS are codec.py's: agents/judge/testrun.py runs this
 # file's text after codec.py's
 # ruff: noqa: F821
 

@@ -1,5 +1,5 @@
-"""Plain values on a pipe between the judge and the program under test (agents/harness/judge.py
-and agents/harness/candidate.py, each of which starts with this file's text).
+"""Plain values on a pipe between the judge and the program under test (agents/judge/harness/judge.py
+and agents/judge/harness/candidate.py, each of which starts with this file's text).
 
 A value crosses as tagged JSON, `[tag, payload]`, with exact types only: None, bool, int, float,
 complex, str, bytes, and lists, tuples, sets, frozensets and dicts of them, at most `MAX_DEPTH`

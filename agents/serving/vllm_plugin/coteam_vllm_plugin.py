@@ -27,7 +27,7 @@ request whose prefill was chunked killed the engine ("CPU Generator does not use
 request after it failed, `/health` answered 503). `keep_seeded_requests_alive` rewinds a CPU
 generator the way that works for it: the state from before the discarded sample is put back.
 
-Installed into the vLLM environment by scripts/setup.sh (`pip install agents/vllm_plugin`).
+Installed into the vLLM environment by scripts/setup.sh (`pip install agents/serving/vllm_plugin`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ CoTeam is gone, however CoTeam died, and then ends every process of the group: n
 (It polls its parent's pid rather than use PR_SET_PDEATHSIG, which fires when the *thread* that
 started it ends, not the process.)
 
-Usage: python vllm_guard.py COMMAND...   (started by agents.server in a new session)
+Usage: python guard.py COMMAND...   (started by agents.serving.server in a new session)
 """
 
 import contextlib
@@ -26,7 +26,7 @@ def end_group(server: subprocess.Popen, code: int) -> None:
         server.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.wait(GRACE_S)
-    print(f"coteam vllm_guard: ending process group {os.getpgid(0)} (code {code})", flush=True)
+    print(f"coteam guard: ending process group {os.getpgid(0)} (code {code})", flush=True)
     sys.stdout.flush()
     os.killpg(0, signal.SIGKILL)
 
@@ -40,7 +40,7 @@ def main() -> None:
         if os.getppid() != parent:  # reparented: CoTeam is gone
             end_group(server, 0)
         time.sleep(0.5)
-    print(f"coteam vllm_guard: vLLM exited with code {code}", flush=True)
+    print(f"coteam guard: vLLM exited with code {code}", flush=True)
     end_group(server, code)
 
 

@@ -3,12 +3,12 @@
 `run_tests(program, test_code, entry_point) -> TestReport` is what the team, the learner's reward,
 the gate, `coteam eval`, the page and `coteam check` call. Two sandboxed processes take part:
 
-- the program's (`agents/harness/candidate.py`): loads the program and answers calls of its
+- the program's (`agents/judge/harness/candidate.py`): loads the program and answers calls of its
   functions with plain values; it never sees the tests;
-- the judge's (`agents/harness/judge.py`): holds the task's given code and the tests, never the
+- the judge's (`agents/judge/harness/judge.py`): holds the task's given code and the tests, never the
   program; it runs every test statement, loops, helpers and `math.isclose` included, with its
   own builtins, each call of the program being a request to the other process whose answer must
-  be plain data of exact types (agents/harness/codec.py).
+  be plain data of exact types (agents/judge/harness/codec.py).
 
 Only the judge writes the results, on a pipe the program does not hold; a program that exits
 early or runs out of time fails the tests not yet judged. Every line read back is validated;
@@ -24,10 +24,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.parsing import parse
-from agents.sandbox import run_untrusted
-from agents.sandbox_limits import Limits
-from agents.sandbox_result import SandboxError, SandboxResult
+from agents.judge.limits import Limits
+from agents.judge.parsing import parse
+from agents.judge.result import SandboxError, SandboxResult
+from agents.judge.sandbox import run_untrusted
 
 HARNESS = Path(__file__).parent / "harness"
 MAX_LINE_CHARS = 2_000
