@@ -12,7 +12,8 @@ import store
 from agents.team.roles import SHAPES
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
-from learner.evaluate import BASE_VARIANT, EvalConfig, EvalError, eval_tasks
+from learner.config import BASE_VARIANT, EvalConfig, EvalError
+from learner.evaluate import eval_tasks
 from learner.evalworker import EvalWorker
 from learner.registry import serving_adapters
 

@@ -14,10 +14,9 @@ import store
 from agents.tasks import TaskSet
 from app.admin_login import PRIVATE, require
 from app.context import AppContext
-from learner.magrpo import JOINT_MODES
+from learner.config import JOINT_MODES, TrainArgs
 from learner.promotion import describe_gate
 from learner.registry import serving_adapters
-from learner.train import TrainArgs
 from learner.worker import Schedule, with_overrides
 
 RUN_COLUMNS = ["run", "trigger", "state", "progress", "started", "message"]
@@ -110,7 +109,19 @@ class TrainingPanel:
         )
         self.learner_md = gr.Markdown(elem_id="admin-learner-status")
         self.progress = gr.HTML(elem_id="admin-progress")
-        # the form starts from the worker's settings, or from TrainArgs' defaults without one
+        self.build_run_form()
+        with gr.Row():
+            self.retrain = gr.Button("Retrain now", variant="primary", elem_id="admin-retrain")
+            # shown only while a run is running (the admin tab's timer keeps it current)
+            self.cancel = gr.Button(
+                "Cancel the running run", variant="stop", visible=False, elem_id="admin-cancel"
+            )
+        self.learner_msg = gr.Markdown(elem_id="admin-learner-msg")
+        self.runs = gr.Dataframe(headers=RUN_COLUMNS, interactive=False, elem_id="admin-runs")
+        self.build_schedule()
+
+    def build_run_form(self) -> None:
+        """A run's settings, starting from the worker's (or TrainArgs' defaults without one)."""
         learner = self.ctx.learner
         args = learner.args if learner is not None else TrainArgs()
         with gr.Row():
@@ -189,14 +200,9 @@ class TrainingPanel:
                 "every mix of the agents' answers, each agent credited for its own part (one turn)",
                 elem_id="admin-joint-mode",
             )
-        with gr.Row():
-            self.retrain = gr.Button("Retrain now", variant="primary", elem_id="admin-retrain")
-            # shown only while a run is running (the admin tab's timer keeps it current)
-            self.cancel = gr.Button(
-                "Cancel the running run", variant="stop", visible=False, elem_id="admin-cancel"
-            )
-        self.learner_msg = gr.Markdown(elem_id="admin-learner-msg")
-        self.runs = gr.Dataframe(headers=RUN_COLUMNS, interactive=False, elem_id="admin-runs")
+
+    def build_schedule(self) -> None:
+        """When runs start by themselves: after N new ratings, every T minutes."""
         gr.Markdown("### Schedule (runs start by themselves)")
         schedule = self.ctx.learner.schedule if self.ctx.learner else None
         with gr.Row():

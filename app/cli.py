@@ -7,7 +7,6 @@ import argparse
 import logging
 import os
 import sys
-from typing import get_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -16,11 +15,12 @@ from agents.judge.testrun import TEST_TIMEOUT_S  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.serving.policy import PolicyError  # noqa: E402
 from agents.serving.server import ServerError  # noqa: E402
-from agents.tasks import TaskSet  # noqa: E402
 from agents.team.roles import SHAPES  # noqa: E402
 from app.commands_episode import cmd_episode, cmd_eval  # noqa: E402
 from app.commands_serve import cmd_check, cmd_doctor, cmd_export, cmd_serve, cmd_setup  # noqa: E402
 from app.commands_train import cmd_adapters, cmd_learner, cmd_train  # noqa: E402
+from learner.config import EvalConfig, TrainArgs  # noqa: E402
+from learner.flags import add_flags  # noqa: E402
 from store import StoreError  # noqa: E402
 
 MODEL_HELP = (
@@ -121,6 +121,13 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     p.set_defaults(func=cmd_export)
 
 
+def server_options(p: argparse.ArgumentParser, default_model: str) -> None:
+    """The model and the server a command uses (its own managed server unless --vllm-url)."""
+    p.add_argument("--model", default=default_model, help=MODEL_HELP)
+    p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
+    p.add_argument("--served-name", default="base", help="the server's name for the base model")
+
+
 def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -> None:
     """episode and eval (app/commands_episode.py)."""
     p = sub.add_parser("episode", help="run one episode of a team on a task and record it")
@@ -182,47 +189,18 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         help="as an ordinary user, run a coding task's tests with the weak sandbox (a warning)",
     )
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
-    p.add_argument("--model", default=default_model, help=MODEL_HELP)
-    p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
-    p.add_argument("--served-name", default="base", help="the server's name for the base model")
+    server_options(p, default_model)
     p.set_defaults(func=cmd_episode)
+    _add_eval_command(sub, default_model)
 
+
+def _add_eval_command(sub: argparse._SubParsersAction, default_model: str) -> None:
+    """eval (app/commands_episode.py): its run's flags are EvalConfig's fields."""
     p = sub.add_parser(
         "eval",
         help="compare team shapes (and adapter versions) on a task set; resumes when run again",
     )
-    p.add_argument("--task", required=True, choices=["coding", "writing"], help="kind of task")
-    p.add_argument(
-        "--split",
-        default="heldout",
-        choices=["heldout", "train", "all"],
-        help="HumanEval 0-31 held out, 32-131 train (132-163 are the gate's validation "
-        "problems); writing: items 0-29 held out, 30-61 validation, the rest train; longform: "
-        "every fourth held out (default heldout)",
-    )
-    p.add_argument(
-        "--writing-set",
-        default="xsum",
-        choices=["xsum", "abstracts", "longform"],
-        help="writing tasks: XSum summaries, abstracts from titles, or long-form 4-section "
-        "articles (default xsum)",
-    )
-    p.add_argument("--limit", type=int, help="only the first M tasks of the split")
-    p.add_argument(
-        "--shapes",
-        default=",".join(SHAPES),
-        help=f"comma-separated team shapes (default all: {','.join(SHAPES)})",
-    )
-    p.add_argument(
-        "--agents", type=int, default=2, choices=range(2, 5), help="team size (default 2)"
-    )
-    p.add_argument(
-        "--samples",
-        type=int,
-        default=1,
-        help="K samples per task: 1 is greedy, more sample at T=0.8, top_p=0.95 (default 1)",
-    )
-    p.add_argument("--turns", type=int, default=1, help="turn limit (default 1)")
+    add_flags(p, EvalConfig)  # the run's config, from learner.config.EvalConfig
     p.add_argument(
         "--adapters",
         action="append",
@@ -232,30 +210,9 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         "against. Adapters the server lacks are loaded from the registry by their agentK-vN name",
     )
     p.add_argument("--out", required=True, help="folder for episodes.jsonl, results.json, report")
-    p.add_argument("--max-tokens", type=int, default=256, help="per agent call (default 256)")
-    p.add_argument(
-        "--repetition-penalty",
-        type=float,
-        default=1.0,
-        help="vLLM's repetition penalty, 1 (none) to 2; the model card suggests 1.1 (default 1)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        help="per-request sampling seeds for K > 1 (default none); on a CPU a seeded answer is "
-        "the same again for the same batches, not across loads",
-    )
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=1,
-        help="task groups run at once (default 1: each episode's time is measured alone)",
-    )
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--model", default=default_model, help=MODEL_HELP)
-    p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
-    p.add_argument("--served-name", default="base", help="the server's name for the base model")
+    server_options(p, default_model)
     p.set_defaults(func=cmd_eval)
 
 
@@ -263,49 +220,9 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
     """train, learner and adapters (app/commands_train.py)."""
 
     def training_options(p: argparse.ArgumentParser) -> None:
-        # no defaults here: an unset flag keeps learner.train.TrainArgs' default (one home)
-        p.add_argument("--task", choices=get_args(TaskSet), help="the curated task set to train on")
-        p.add_argument("--steps", type=int, help="MAGRPO steps")
-        p.add_argument("--group-size", type=int, help="G joint samples per task")
-        p.add_argument("--tasks-per-step", type=int, help="tasks per step")
-        p.add_argument("--agents", type=int, choices=range(2, 5), help="team size")
-        p.add_argument(
-            "--turns",
-            type=int,
-            help="turns per episode, with the tests' feedback between them (1-4); every turn's "
-            "calls are trained with their discounted return",
-        )
-        p.add_argument("--task-limit", type=int, help="cycle over the first N training tasks")
-        p.add_argument("--lr", type=float, help="LoRA learning rate")
-        p.add_argument("--max-tokens", type=int, help="new tokens per agent")
-        p.add_argument(
-            "--std-scale", action="store_true", default=None, help="divide advantages by the std"
-        )
-        p.add_argument("--clip-eps", type=float, help="PPO-style ratio clip, e.g. 0.2")
-        p.add_argument("--kl-coef", type=float, help="KL penalty to the base")
-        p.add_argument(
-            "--gamma", type=float, help="several turns: a call's return is gamma^(turns after) x R"
-        )
-        p.add_argument(
-            "--joint-mode",
-            choices=("aligned", "cross"),
-            help="aligned: sample g of every agent is joint action g; cross: every agent's "
-            "samples with every teammate's (G^agents joint rewards, one turn), each sample's "
-            "return the mean over the joint actions it is part of",
-        )
-        p.add_argument("--seed", type=int)
-        p.add_argument("--gate-tasks", type=int, help="validation tasks the gate scores on")
-        p.add_argument(
-            "--gate-alpha", type=float, help="a pass-rate drop with p below this rejects"
-        )
-        p.add_argument(
-            "--gate-min-gain",
-            type=float,
-            help="the joint-reward gain a candidate needs (negative: a tolerance, for trials)",
-        )
-        p.add_argument("--model", default=default_model, help=MODEL_HELP)
-        p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
-        p.add_argument("--served-name", default="base", help="the server's name for the base model")
+        # the run's config, from learner.config.TrainArgs: an unset flag keeps its default
+        add_flags(p, TrainArgs)
+        server_options(p, default_model)
         p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
 
     p = sub.add_parser("train", help="train the team with MAGRPO now (progress bar, reward curve)")

@@ -174,14 +174,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import shlex
 
     from agents.serving.policy import PolicyError
-    from learner.evaluate import (
-        BASE_VARIANT,
-        EvalConfig,
-        EvalError,
-        parse_variant,
-        pending,
-        run_eval,
-    )
+    from learner.config import BASE_VARIANT, EvalConfig, EvalError
+    from learner.evaluate import parse_variant, pending, run_eval
+    from learner.flags import from_flags
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
     if not args.verbose:
@@ -189,21 +184,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         # the base model is always the first variant: what trained adapters are compared with
         variants = dict(parse_variant(text) for text in [BASE_VARIANT, *(args.adapters or [])])
-        config = EvalConfig(
-            task=args.task,
-            split=args.split,
-            writing_set=args.writing_set,
-            limit=args.limit,
-            shapes=tuple(s.strip() for s in args.shapes.split(",") if s.strip()),
-            agents=args.agents,
-            samples=args.samples,
-            turns=args.turns,
-            variants=variants,
-            max_tokens=args.max_tokens,
-            repetition_penalty=args.repetition_penalty,
-            seed=args.seed,
-            concurrency=args.concurrency,
-        )
+        config = from_flags(args, EvalConfig, variants=variants)
         command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
         with contextlib.ExitStack() as stack:
             # a finished run only rewrites its report: no server needed

@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agents.team.sentences import embedding_model
     from app.context import AppContext, admin_password_from
     from app.web import build_app, launch_app
-    from learner.train import TrainArgs
+    from learner.config import TrainArgs
     from learner.worker import LearnerWorker, Schedule
     from store import open_db, recover_interrupted
 

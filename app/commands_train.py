@@ -13,43 +13,15 @@ from pathlib import Path
 from app.commands_episode import episode_policy
 from app.commands_serve import quiet_request_logs
 
-# `coteam train`'s flags that set the run's config, and the TrainArgs (or MAGRPO) field each sets
-RUN_CONFIG = {
-    "task": "task",
-    "steps": "steps",
-    "agents": "agents",
-    "turns": "turns",
-    "task_limit": "task_limit",
-    "group_size": "group_size",
-    "tasks_per_step": "tasks_per_step",
-    "lr": "learning_rate",
-    "max_tokens": "max_new_tokens",
-    "std_scale": "scale_advantages_by_std",
-    "clip_eps": "clip_eps",
-    "kl_coef": "kl_coef",
-    "gamma": "gamma",
-    "joint_mode": "joint_mode",
-    "seed": "seed",
-    "gate_tasks": "tasks",
-    "gate_alpha": "alpha",
-    "gate_min_gain": "min_gain",
-}
-
 
 def _train_args(args: argparse.Namespace):
     """The run's config: TrainArgs' defaults, changed by the flags that were given; validated."""
-    from dataclasses import replace
+    from learner.config import TrainArgs
+    from learner.flags import from_flags
 
-    from learner.train import TrainArgs
-    from learner.worker import with_overrides
-
-    given = {RUN_CONFIG[name]: getattr(args, name) for name in RUN_CONFIG}
-    gate = {k: given.pop(k) for k in ("tasks", "alpha", "min_gain")}
-    base = TrainArgs()
-    base = replace(
-        base, gate=replace(base.gate, **{k: v for k, v in gate.items() if v is not None})
-    )
-    return with_overrides(base, **given)
+    train_args = from_flags(args, TrainArgs)
+    train_args.check()
+    return train_args
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -69,9 +41,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         quiet_request_logs()
     resume_from = None
     if args.resume is not None:
-        kept = [name for name in RUN_CONFIG if name != "steps" and getattr(args, name) is not None]
+        from learner.config import TrainArgs
+        from learner.flags import given_flags
+
+        kept = [name for name in given_flags(args, TrainArgs) if name != "--steps"]
         if kept:
-            flags = ", ".join("--" + name.replace("_", "-") for name in kept)
+            flags = ", ".join(kept)
             raise ValueError(
                 f"a resumed run keeps the config it started with; only --steps can change: "
                 f"leave out {flags}"

@@ -19,8 +19,8 @@ from dataclasses import replace
 import gradio as gr
 
 from agents.team.episode import size_from_setting
-from agents.team.graph import MAX_TURNS, Sampling
-from agents.team.roles import PROMPTS, SHAPES
+from agents.team.graph import Sampling
+from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES
 from app.context import AppContext
 from app.cowork_choices import (
     AB,
@@ -73,111 +73,126 @@ class CoworkTab:
                     visible=first in CURATED,
                     elem_id=self.id("problem"),
                 )
-                if self.code:
-                    self.preview = gr.Code(
-                        task_preview(self.kind, default),
-                        language="python",
-                        label="The problem",
-                        interactive=False,
-                        visible=True,
-                        elem_id=self.id("preview"),
-                    )
-                    self.prompt = gr.Code(
-                        EXAMPLE_PROBLEM,
-                        language="python",
-                        label="Your problem: a function signature with a docstring",
-                        interactive=True,
-                        visible=False,
-                        elem_id=self.id("prompt"),
-                    )
-                    self.tests = gr.Code(
-                        EXAMPLE_TESTS,
-                        language="python",
-                        label="Your tests (asserts that call the function, or HumanEval's check(candidate)); optional",
-                        interactive=True,
-                        visible=False,
-                        elem_id=self.id("tests"),
-                    )
-                    self.sections = gr.State("")
-                else:
-                    self.preview = gr.Textbox(
-                        label="The text",
-                        lines=6,
-                        max_lines=12,
-                        interactive=False,
-                        visible=False,
-                        elem_id=self.id("preview"),
-                    )
-                    self.prompt = gr.Textbox(
-                        label="Your request",
-                        lines=5,
-                        placeholder="e.g. A short guide to brewing good coffee at home",
-                        elem_id=self.id("prompt"),
-                    )
-                    self.tests = gr.State("")
-                    self.sections = gr.Textbox(
-                        EXAMPLE_SECTIONS,
-                        label="Sections, one a line (Heading: what it alone covers); empty: "
-                        "the default outline (What it is, Where it came from, A surprising "
-                        "fact, Why it matters today)",
-                        lines=4,
-                        max_lines=8,
-                        visible=False,
-                        elem_id=self.id("sections"),
-                    )
+                self.build_task_inputs(default)
             with gr.Column(scale=2):
-                self.mode = gr.Radio(
-                    [ONE_TEAM, AB], value=ONE_TEAM, label="Mode", elem_id=self.id("mode")
-                )
-                self.shape = gr.Dropdown(
-                    [(SHAPE_LABELS[s], s) for s in SHAPES],
-                    value="parallel",
-                    label="Team shape",
-                    elem_id=self.id("shape"),
-                )
-                self.size = gr.Radio([2, 3, 4], value=2, label="Team size", elem_id=self.id("size"))
-                with gr.Row():
-                    self.turns = gr.Slider(
-                        1,
-                        MAX_TURNS,
-                        value=1,
-                        step=1,
-                        label="Turns at most",
-                        elem_id=self.id("turns"),
-                    )
-                    self.max_tokens = gr.Slider(
-                        32,
-                        1024,
-                        value=256,
-                        step=32,
-                        label="Tokens per agent call",
-                        elem_id=self.id("max-tokens"),
-                    )
-                self.temperature = gr.Slider(
-                    0.0,
-                    1.5,
-                    value=0.2 if self.code else 0.8,
-                    step=0.1,
-                    label="Temperature (0: greedy)",
-                    elem_id=self.id("temperature"),
-                )
-                choices = adapter_choices(self.ctx)
-                self.adapters = gr.Dropdown(
-                    choices, value="serving", label="Adapters (team A)", elem_id=self.id("adapters")
-                )
-                with gr.Group(visible=False) as self.team_b:
-                    self.shape_b = gr.Dropdown(
-                        [(SHAPE_LABELS[s], s) for s in SHAPES],
-                        value="single",
-                        label="Team B shape",
-                        elem_id=self.id("shape-b"),
-                    )
-                    self.adapters_b = gr.Dropdown(
-                        choices,
-                        value="base",
-                        label="Team B adapters",
-                        elem_id=self.id("adapters-b"),
-                    )
+                self.build_team_settings()
+        self.build_roles(first)
+        self.run_button = gr.Button("Run the team", variant="primary", elem_id=self.id("run"))
+        self.results.build()
+        self.wire()
+
+    def build_task_inputs(self, default: str | None) -> None:
+        """The problem or text of a curated task, and the boxes of a person's own task."""
+        if self.code:
+            self.preview = gr.Code(
+                task_preview(self.kind, default),
+                language="python",
+                label="The problem",
+                interactive=False,
+                visible=True,
+                elem_id=self.id("preview"),
+            )
+            self.prompt = gr.Code(
+                EXAMPLE_PROBLEM,
+                language="python",
+                label="Your problem: a function signature with a docstring",
+                interactive=True,
+                visible=False,
+                elem_id=self.id("prompt"),
+            )
+            self.tests = gr.Code(
+                EXAMPLE_TESTS,
+                language="python",
+                label="Your tests (asserts that call the function, or HumanEval's check(candidate)); optional",
+                interactive=True,
+                visible=False,
+                elem_id=self.id("tests"),
+            )
+            self.sections = gr.State("")
+        else:
+            self.preview = gr.Textbox(
+                label="The text",
+                lines=6,
+                max_lines=12,
+                interactive=False,
+                visible=False,
+                elem_id=self.id("preview"),
+            )
+            self.prompt = gr.Textbox(
+                label="Your request",
+                lines=5,
+                placeholder="e.g. A short guide to brewing good coffee at home",
+                elem_id=self.id("prompt"),
+            )
+            self.tests = gr.State("")
+            self.sections = gr.Textbox(
+                EXAMPLE_SECTIONS,
+                label="Sections, one a line (Heading: what it alone covers); empty: "
+                "the default outline (What it is, Where it came from, A surprising "
+                "fact, Why it matters today)",
+                lines=4,
+                max_lines=8,
+                visible=False,
+                elem_id=self.id("sections"),
+            )
+
+    def build_team_settings(self) -> None:
+        """The mode (one team, or A/B), the team's shape, size, turns, tokens, temperature and
+        adapters, and team B's."""
+        self.mode = gr.Radio([ONE_TEAM, AB], value=ONE_TEAM, label="Mode", elem_id=self.id("mode"))
+        self.shape = gr.Dropdown(
+            [(SHAPE_LABELS[s], s) for s in SHAPES],
+            value="parallel",
+            label="Team shape",
+            elem_id=self.id("shape"),
+        )
+        self.size = gr.Radio([2, 3, 4], value=2, label="Team size", elem_id=self.id("size"))
+        with gr.Row():
+            self.turns = gr.Slider(
+                1,
+                MAX_TURNS,
+                value=1,
+                step=1,
+                label="Turns at most",
+                elem_id=self.id("turns"),
+            )
+            self.max_tokens = gr.Slider(
+                32,
+                1024,
+                value=256,
+                step=32,
+                label="Tokens per agent call",
+                elem_id=self.id("max-tokens"),
+            )
+        self.temperature = gr.Slider(
+            0.0,
+            1.5,
+            value=0.2 if self.code else 0.8,
+            step=0.1,
+            label="Temperature (0: greedy)",
+            elem_id=self.id("temperature"),
+        )
+        choices = adapter_choices(self.ctx)
+        self.adapters = gr.Dropdown(
+            choices, value="serving", label="Adapters (team A)", elem_id=self.id("adapters")
+        )
+        with gr.Group(visible=False) as self.team_b:
+            self.shape_b = gr.Dropdown(
+                [(SHAPE_LABELS[s], s) for s in SHAPES],
+                value="single",
+                label="Team B shape",
+                elem_id=self.id("shape-b"),
+            )
+            self.adapters_b = gr.Dropdown(
+                choices,
+                value="base",
+                label="Team B adapters",
+                elem_id=self.id("adapters-b"),
+            )
+
+    def build_roles(self, first: str) -> None:
+        """The roles' prompts, editable; filled for the first team on first load, as a change of
+        team fills them."""
         with gr.Accordion(
             "Roles: the agents' instructions (edit them to change how the team works)",
             open=False,
@@ -202,9 +217,6 @@ class CoworkTab:
                 )
                 for i in range(MAX_PANES)
             ]
-        self.run_button = gr.Button("Run the team", variant="primary", elem_id=self.id("run"))
-        self.results.build()
-        self.wire()
 
     def id(self, name: str) -> str:
         return f"{self.name}-{name}"

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.serving.policy import Request  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
-from learner.promotion import GateSettings, paired_scores, validation_tasks  # noqa: E402
+from learner.config import GateSettings  # noqa: E402
+from learner.promotion import paired_scores, validation_tasks  # noqa: E402
 from learner.reward_config import RewardWeights, SpeedBudget  # noqa: E402
 
 AGENTS = 4  # the server `coteam train` starts: agents x 2 versions = 8 LoRA slots

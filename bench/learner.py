@@ -54,8 +54,12 @@ from agents.team.episode import make_team
 from agents.team.graph import initial_state, observe  # noqa: E402
 from agents.team.roles import Role  # noqa: E402
 from learner.coding_reward import coding_reward  # noqa: E402
-from learner.magrpo import JOINT_MODES, MAGRPOConfig  # noqa: E402
-from learner.train import TrainArgs, training_tasks  # noqa: E402
+from learner.config import (  # noqa: E402
+    JOINT_MODES,
+    MAGRPOConfig,
+    TrainArgs,  # noqa: E402
+)
+from learner.train import training_tasks  # noqa: E402
 from store.paths import venv_python  # noqa: E402
 
 AGENTS = 2

@@ -49,13 +49,8 @@ import torch  # noqa: E402
 
 from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
-from learner.magrpo import (  # noqa: E402
-    AgentPolicies,
-    MAGRPOConfig,
-    Sample,
-    policy_loss,
-    prompt_groups,
-)
+from learner.config import MAGRPOConfig  # noqa: E402
+from learner.magrpo import AgentPolicies, Sample, policy_loss, prompt_groups  # noqa: E402
 
 
 def per_sample_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):

@@ -45,7 +45,8 @@ from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.team.feedback import checker_for  # noqa: E402
 from agents.team.graph import Sampling  # noqa: E402
-from learner.magrpo import MAGRPOConfig, group_advantages, has_signal  # noqa: E402
+from learner.config import MAGRPOConfig  # noqa: E402
+from learner.magrpo import group_advantages, has_signal  # noqa: E402
 from learner.train import (  # noqa: E402
     TrainArgs,
     cross_group,

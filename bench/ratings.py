@@ -92,13 +92,16 @@ from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
 from agents.team.combine import extract_code  # noqa: E402
 from agents.team.graph import GREEDY, Sampling  # noqa: E402
+from learner.config import (
+    MAGRPOConfig,  # noqa: E402
+    TrainArgs,  # noqa: E402
+)
 from learner.episode import EpisodeSetup, play  # noqa: E402
 from learner.evaluate import episode_metrics  # noqa: E402
-from learner.magrpo import MAGRPOConfig  # noqa: E402
 from learner.rating_queue import pairs_to_rate  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
 from learner.reward_config import RewardWeights  # noqa: E402
-from learner.train import TrainArgs, train  # noqa: E402
+from learner.train import train  # noqa: E402
 from learner.writing_reward import SECOND_PERSON  # noqa: E402
 
 AGENTS = 2

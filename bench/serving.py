@@ -109,7 +109,7 @@ def lora_adapters(model_path, folder: Path, count: int = 2) -> list[Path]:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from learner.magrpo import MAGRPOConfig
+    from learner.config import MAGRPOConfig
 
     c = MAGRPOConfig()
     config = LoraConfig(

@@ -256,85 +256,12 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
     index = {r["task"]: r["task_index"] for r in records}
     tasks = sorted(index, key=index.get)
 
-    table = []
-    for shape, variant in order:
-        rows = groups[(shape, variant)]
-        entry = {
-            "shape": shape,
-            "variant": variant,
-            "tasks": len({r["task"] for r in rows}),
-            "episodes": len(rows),
-            "metrics": {m: mean_ci(list(per_task(rows, m).values())) for m in metrics},
-            "pass_at_k": _pass_at_k(rows, config),
-        }
-        table.append(entry)
-    for entry in table:  # wall time (per word, for writing) against single on the same task
-        single = groups.get(("single", entry["variant"]))
-        rows = groups[(entry["shape"], entry["variant"])]
-        for field, metric in (("time_s", "time_vs_single"), ("word_time_s", "word_time_vs_single")):
-            if single and metric in metrics:
-                base, own = per_task(single, field), per_task(rows, field)
-                ratios = [own[t] / base[t] for t in own if base.get(t)]
-                entry["metrics"][metric] = mean_ci(ratios)
-
-    tests = []
-    comparisons = []
-    for variant in config.variants:
-        for shape in config.shapes:
-            if shape == "single":
-                continue
-            for baseline in BASELINES:
-                if baseline != shape and baseline in config.shapes:
-                    comparisons.append(("shape_vs_baseline", (shape, variant), (baseline, variant)))
-    reference = next(iter(config.variants))
-    for variant in list(config.variants)[1:]:
-        for shape in config.shapes:
-            comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
-    derived = {
-        "time_vs_single",
-        "word_time_vs_single",
-    }  # from the groups, not a field of each record
+    table = _group_table(groups, order, metrics, config)
+    derived = {"time_vs_single", "word_time_vs_single"}  # from the groups, not of each record
     constant = [m for m in metrics if m not in derived and len({r.get(m) for r in records}) == 1]
-    for metric in metrics:
-        if metric in constant:  # e.g. turns with a turn limit of 1: nothing to test
-            continue
-        family = []
-        for comparison, a, b in comparisons:
-            if a not in groups or b not in groups:
-                continue
-            va, vb = per_task(groups[a], metric), per_task(groups[b], metric)
-            if not va or not vb:
-                continue
-            result = welch_test(list(va.values()), list(vb.values()))
-            shared = [(va[t], vb[t]) for t in va if t in vb]
-            family.append(
-                {
-                    "metric": metric,
-                    "comparison": comparison,
-                    "shape": a[0],
-                    "variant": a[1],
-                    "baseline": b[0],
-                    "baseline_variant": b[1],
-                    **result,
-                    "paired_p": paired_p(shared),
-                }
-            )
-        for test, adjusted in zip(family, holm([t["p"] for t in family]), strict=True):
-            test["p_holm"] = adjusted
-        tests += family
-
-    fits = {}
-    team_records = [r for r in records if r.get("consistency") is not None]
-    fits["pooled"] = regression(
-        [r["consistency"] for r in team_records], [r["time_s"] for r in team_records]
-    )
-    for shape, variant in order:
-        rows = [r for r in groups[(shape, variant)] if r.get("consistency") is not None]
-        if not rows:  # single: consistency is not defined
-            continue
-        fits[f"{shape}/{variant}"] = regression(
-            [r["consistency"] for r in rows], [r["time_s"] for r in rows]
-        )
+    tested = [m for m in metrics if m not in constant]  # e.g. turns with a turn limit of 1: none
+    tests = _tests(groups, _comparisons(config), tested)
+    fits = _fits(records, groups, order)
     expected = config.episode_count(task_count)
     return _clean(
         {
@@ -359,6 +286,97 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
             "regression": fits,
         }
     )
+
+
+def _group_table(groups: dict, order: list, metrics: list[str], config: Any) -> list[dict]:
+    """One entry per shape and variant: its metrics' means with their intervals, pass@k, and
+    its wall time (per word, for writing) against single's on the same task."""
+    table = []
+    for shape, variant in order:
+        rows = groups[(shape, variant)]
+        entry = {
+            "shape": shape,
+            "variant": variant,
+            "tasks": len({r["task"] for r in rows}),
+            "episodes": len(rows),
+            "metrics": {m: mean_ci(list(per_task(rows, m).values())) for m in metrics},
+            "pass_at_k": _pass_at_k(rows, config),
+        }
+        single = groups.get(("single", variant))
+        for field, metric in (("time_s", "time_vs_single"), ("word_time_s", "word_time_vs_single")):
+            if single and metric in metrics:
+                base, own = per_task(single, field), per_task(rows, field)
+                ratios = [own[t] / base[t] for t in own if base.get(t)]
+                entry["metrics"][metric] = mean_ci(ratios)
+        table.append(entry)
+    return table
+
+
+def _comparisons(config: Any) -> list[tuple[str, tuple, tuple]]:
+    """What is tested against what: each team shape against each baseline (same variant), and
+    each variant against the first (same shape)."""
+    comparisons = []
+    for variant in config.variants:
+        for shape in config.shapes:
+            if shape == "single":
+                continue
+            for baseline in BASELINES:
+                if baseline != shape and baseline in config.shapes:
+                    comparisons.append(("shape_vs_baseline", (shape, variant), (baseline, variant)))
+    reference = next(iter(config.variants))
+    for variant in list(config.variants)[1:]:
+        for shape in config.shapes:
+            comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
+    return comparisons
+
+
+def _tests(groups: dict, comparisons: list, metrics: list[str]) -> list[dict]:
+    """Per metric, each comparison's Welch and paired tests, Holm-adjusted within the metric."""
+    tests = []
+    for metric in metrics:
+        family = []
+        for comparison, a, b in comparisons:
+            if a not in groups or b not in groups:
+                continue
+            va, vb = per_task(groups[a], metric), per_task(groups[b], metric)
+            if not va or not vb:
+                continue
+            result = welch_test(list(va.values()), list(vb.values()))
+            shared = [(va[t], vb[t]) for t in va if t in vb]
+            family.append(
+                {
+                    "metric": metric,
+                    "comparison": comparison,
+                    "shape": a[0],
+                    "variant": a[1],
+                    "baseline": b[0],
+                    "baseline_variant": b[1],
+                    **result,
+                    "paired_p": paired_p(shared),
+                }
+            )
+        for test, adjusted in zip(family, holm([t["p"] for t in family]), strict=True):
+            test["p_holm"] = adjusted
+        tests += family
+    return tests
+
+
+def _fits(records: Sequence[dict], groups: dict, order: list) -> dict:
+    """Time against consistency: pooled over the teams, and per shape and variant."""
+    team_records = [r for r in records if r.get("consistency") is not None]
+    fits = {
+        "pooled": regression(
+            [r["consistency"] for r in team_records], [r["time_s"] for r in team_records]
+        )
+    }
+    for shape, variant in order:
+        rows = [r for r in groups[(shape, variant)] if r.get("consistency") is not None]
+        if not rows:  # single: consistency is not defined
+            continue
+        fits[f"{shape}/{variant}"] = regression(
+            [r["consistency"] for r in rows], [r["time_s"] for r in rows]
+        )
+    return fits
 
 
 def _pass_at_k(rows: Sequence[dict], config: Any) -> dict[str, dict]:

@@ -39,23 +39,22 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import store
 from agents.serving.server import machine
-from agents.tasks import Task, TaskSet, split_tasks
-from agents.team.episode import size_from_setting
-from agents.team.graph import GREEDY, Policy, Sampling
+from agents.tasks import Task, split_tasks
+from agents.team.graph import Policy
 from agents.team.outline import structure_compliance
 from agents.team.result import EpisodeResult
-from agents.team.roles import SHAPES
 from agents.team.sentences import embedding_model
 from learner.coding_reward import defines_with_return, parses
+from learner.config import BASE_VARIANT, SPLITS, WRITING_SETS, EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
 from learner.report import write_report
@@ -64,98 +63,7 @@ from store.paths import default_db_path
 
 log = logging.getLogger(__name__)
 
-SPLITS = {"heldout": "held_out", "held_out": "held_out", "train": "train", "all": "all"}
-# the evaluation's names for the writing sets -> the task sets of agents/tasks.py (splits there)
-WRITING_SETS: dict[str, TaskSet] = {
-    "xsum": "summary",
-    "abstracts": "expansion",
-    "longform": "longform",
-}
-BASE_VARIANT = "base"
 HEALTH_POLL_S = 5.0  # how often a group waiting for a restarted server asks /health
-
-
-class EvalError(ValueError):
-    """The evaluation cannot run as asked; the message says what to change."""
-
-
-@dataclass
-class EvalConfig:
-    """Every knob of an evaluation run, with its default."""
-
-    task: str = "coding"  # coding | writing
-    split: str = "heldout"  # heldout | train | all
-    writing_set: str = "xsum"  # xsum | abstracts | longform (writing only)
-    limit: int | None = None  # the first `limit` tasks of the split
-    shapes: tuple[str, ...] = SHAPES
-    agents: int = 2  # team size of every shape but `single`
-    samples: int = 1  # K per task: 1 is greedy, more are sampled
-    turns: int = 1
-    variants: dict[str, tuple[str | None, ...]] = field(
-        default_factory=lambda: {BASE_VARIANT: ()}
-    )  # name -> adapter of agent 0, 1, ... (missing or None: the base model)
-    max_tokens: int = 256
-    temperature: float = 0.8  # for K > 1 (the reference baselines' sampling)
-    top_p: float = 0.95
-    repetition_penalty: float = 1.0  # vLLM's, in greedy and sampled decoding alike
-    # per-request seeds for K > 1 (None: unseeded). On vLLM-CPU, CoTeam's vLLM plugin keeps a
-    # seeded request whose prefill is chunked from stopping the engine (tests/test_serving.py).
-    seed: int | None = None
-    concurrency: int = 1  # task groups in flight at once (>1 batches more but slows each one)
-    ks: tuple[int, ...] = (1, 3, 5, 10)
-
-    def __post_init__(self):
-        self.shapes = tuple(self.shapes)
-        self.variants = {k: tuple(v) for k, v in self.variants.items()}
-        if self.task not in ("coding", "writing"):
-            raise EvalError(f"unknown task kind {self.task!r}: coding or writing")
-        if self.split not in SPLITS:
-            raise EvalError(f"unknown split {self.split!r}: heldout, train or all")
-        if self.writing_set not in WRITING_SETS:
-            raise EvalError(f"unknown writing set {self.writing_set!r}: {', '.join(WRITING_SETS)}")
-        unknown = [s for s in self.shapes if s not in SHAPES]
-        if unknown or not self.shapes:
-            raise EvalError(f"unknown shapes {unknown}: choose from {', '.join(SHAPES)}")
-        if not 2 <= self.agents <= 4:
-            raise EvalError(f"a team has 2 to 4 agents, not {self.agents}")
-        if self.samples < 1 or self.turns < 1 or self.concurrency < 1:
-            raise EvalError("samples, turns and concurrency are at least 1")
-        if not self.variants:
-            raise EvalError("give at least one variant")
-        if not 1.0 <= self.repetition_penalty <= 2.0:
-            raise EvalError(f"--repetition-penalty is 1 (none) to 2, not {self.repetition_penalty}")
-        if self.limit is not None and self.limit < 1:
-            raise EvalError(f"--limit must be at least 1, not {self.limit}")
-
-    @property
-    def sampling(self) -> Sampling:
-        """Greedy for one sample per task; the baselines' sampling for more."""
-        penalty = self.repetition_penalty
-        if self.samples == 1:
-            return replace(GREEDY, max_tokens=self.max_tokens, repetition_penalty=penalty)
-        return Sampling(
-            self.temperature,
-            self.top_p,
-            self.max_tokens,
-            seed=self.seed,
-            repetition_penalty=penalty,
-        )
-
-    def episode_settings(self) -> dict:
-        """What an episode's meaning depends on: a folder's episodes must all share it."""
-        keys = ("task", "split", "writing_set", "agents", "samples", "turns", "max_tokens")
-        if self.samples > 1:  # greedy decoding ignores them
-            keys += ("temperature", "top_p", "seed")
-        if self.repetition_penalty != 1.0:  # folders from before the option have none
-            keys += ("repetition_penalty",)
-        return {k: getattr(self, k) for k in keys}
-
-    def episode_count(self, tasks: int) -> int:
-        """The episodes a whole run over `tasks` tasks holds: each variant, shape and sample."""
-        return tasks * len(self.variants) * len(self.shapes) * self.samples
-
-    def team_size(self, shape: str) -> int:
-        return size_from_setting(shape, self.agents)
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
@@ -401,18 +309,41 @@ def evaluate(
             # clock starts (4.5 s on a 2-core CPU), not inside whichever shape runs first
             embedding_model()
     bar = _progress_bar(total, total - len(units) * config.samples, progress)
+    run = partial(
+        _run_unit, config=config, policy=policy, db_path=db_path, server_wait_s=server_wait_s
+    )
+    try:
+        _journal_units(units, run, journal, done, bar, config.concurrency, attempts, max_failures)
+    finally:
+        bar.close()
+    wanted = {
+        (task_name(t), s, v, g)
+        for t in tasks
+        for s in config.shapes
+        for v in config.variants
+        for g in range(config.samples)
+    }
+    return [r for r in read_records(journal) if record_key(r) in wanted]
+
+
+def _journal_units(
+    units: list[_Unit],
+    run: Callable[[_Unit], list[dict]],
+    journal: Path,
+    done: set,
+    bar,
+    concurrency: int,
+    attempts: int,
+    max_failures: int,
+) -> None:
+    """Run the units, `concurrency` at a time, appending each one's records to the journal the
+    moment it is done; a failed unit is tried again up to `attempts` times, and `max_failures`
+    units given up in a row stop the run with the last error."""
     tries: dict[int, int] = defaultdict(int)
     given_up = 0
-    pool = ThreadPoolExecutor(max_workers=config.concurrency)
+    pool = ThreadPoolExecutor(max_workers=concurrency)
     try:
         with open(journal, "a") as out:
-            run = partial(
-                _run_unit,
-                config=config,
-                policy=policy,
-                db_path=db_path,
-                server_wait_s=server_wait_s,
-            )
             running = {pool.submit(run, u): u for u in units}
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -442,15 +373,6 @@ def evaluate(
                     bar.set_postfix_str(f"{task_name(unit.task)} {unit.shape}", refresh=False)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # on Ctrl-C: finish what runs, start nothing
-        bar.close()
-    wanted = {
-        (task_name(t), s, v, g)
-        for t in tasks
-        for s in config.shapes
-        for v in config.variants
-        for g in range(config.samples)
-    }
-    return [r for r in read_records(journal) if record_key(r) in wanted]
 
 
 def pending(config: EvalConfig, out_dir: str | Path) -> int:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.team.graph import Policy
-from learner.evaluate import EvalConfig, EvalError, eval_tasks, run_eval
+from learner.config import EvalConfig, EvalError
+from learner.evaluate import eval_tasks, run_eval
 
 
 @dataclass

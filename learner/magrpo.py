@@ -55,39 +55,12 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-
-@dataclass
-class MAGRPOConfig:
-    """Every knob of a MAGRPO run, with its default."""
-
-    group_size: int = 4  # G joint samples per task (>= 2: the advantage needs a group)
-    tasks_per_step: int = 2
-    learning_rate: float = 1e-4  # LoRA; the authors' full fine-tuning used 2e-5 (code)
-    lora_rank: int = 8  # must equal the server's --max-lora-rank
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    temperature: float = 0.8
-    top_p: float = 0.95
-    max_new_tokens: int = 192
-    scale_advantages_by_std: bool = False  # Dr. GRPO: no std scaling
-    clip_eps: float | None = None  # e.g. 0.2 for PPO-style clipping; None: plain policy gradient
-    kl_coef: float = 0.0  # > 0: KL penalty to the base model
-    max_grad_norm: float = 1.0
-    micro_batch: int = 2  # samples of different prompts per forward/backward; bounds memory
-    gamma: float = 0.9  # several turns: a call's return is gamma^(turns after it) x R
-    # "aligned": sample g of every agent forms joint action g; "cross": every sample of each agent
-    # with every sample of the others (G^agents joint rewards, at most MAX_CROSS_JOINT; one turn)
-    joint_mode: str = "aligned"
-    seed: int = 0
-
-    def to_json(self) -> dict:
-        return asdict(self)
+from learner.config import MAGRPOConfig
 
 
 def group_advantages(
@@ -98,10 +71,6 @@ def group_advantages(
     if scale_by_std:
         advantages = advantages / (rewards.std(unbiased=False) + eps)
     return advantages
-
-
-JOINT_MODES = ("aligned", "cross")
-MAX_CROSS_JOINT = 64  # joint actions a crossed group may score (G = 4: 2 or 3 agents; G = 8: 2)
 
 
 def cross_picks(group_size: int, agents: int) -> list[tuple[int, ...]]:

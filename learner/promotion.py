@@ -33,40 +33,12 @@ import store
 from agents.serving.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team.graph import GREEDY
+from learner.config import GateSettings
 from learner.episode import EpisodeSetup, play
 from learner.preference import PreferenceModel, run_preference_model
 from learner.registry import adapter_name, ensure_loaded, load_version, promote, work_kind
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import Scored, add_preference
-
-
-@dataclass
-class GateSettings:
-    """How the gate decides."""
-
-    tasks: int = 32  # validation tasks (the first N of the split)
-    # the candidate's mean joint reward must beat the serving one's by more than this; a
-    # negative value is a tolerance (the reward may be that much lower, no significance asked):
-    # for trying the loop end to end, never for deciding
-    min_gain: float = 0.0
-    reward_alpha: float = 0.1  # the reward gain must have one-sided p below this
-    alpha: float = 0.05  # a pass-rate drop with one-sided p below this rejects the candidate
-    # non-inferiority on tests: the candidate's pass rate may be at most this much below the
-    # serving team's (3 of 32 validation problems), however its reward compares
-    pass_margin: float = 0.1
-    max_tokens: int = 256
-    concurrency: int = 4  # episodes in flight at once (both teams together)
-
-    def check(self) -> None:
-        if self.tasks < 1:
-            raise ValueError(f"gate.tasks must be at least 1, not {self.tasks}")
-        if not 0 <= self.pass_margin < 1:
-            raise ValueError(f"gate.pass_margin must be in [0, 1), not {self.pass_margin}")
-        for name in ("alpha", "reward_alpha"):
-            if not 0 < getattr(self, name) < 1:
-                raise ValueError(f"gate.{name} must be between 0 and 1, not {getattr(self, name)}")
-        if self.concurrency < 1 or self.max_tokens < 1:
-            raise ValueError("gate.concurrency and gate.max_tokens must be at least 1")
 
 
 @dataclass

@@ -17,16 +17,10 @@ from pathlib import Path
 
 import store
 from agents.serving.policy import PolicyClient
+from learner.config import TrainArgs
 from learner.promotion import decide, gate
 from learner.registry import adapter_name, remove_unfinished_copies
-from learner.train import (
-    Cancelled,
-    TrainArgs,
-    checkpoint_folder,
-    published_candidates,
-    read_checkpoint,
-    train,
-)
+from learner.train import Cancelled, checkpoint_folder, published_candidates, read_checkpoint, train
 
 log = logging.getLogger(__name__)
 

@@ -27,26 +27,23 @@ import random
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import get_args
 
 import torch
 
 import store
 from agents.serving.policy import PolicyClient
-from agents.tasks import Task, TaskSet, split_tasks
+from agents.tasks import Task, split_tasks
 from agents.team.crossing import recombine
 from agents.team.feedback import checker_for
-from agents.team.graph import MAX_TURNS, Sampling
+from agents.team.graph import Sampling
+from learner.config import TrainArgs
 from learner.episode import EpisodeSetup, play
 from learner.magrpo import (
-    JOINT_MODES,
-    MAX_CROSS_JOINT,
     AgentPolicies,
-    MAGRPOConfig,
     Sample,
     cross_picks,
     cross_returns,
@@ -55,9 +52,8 @@ from learner.magrpo import (
     turn_groups,
 )
 from learner.preference import PreferenceModel, run_preference_model
-from learner.promotion import GateSettings
 from learner.registry import adapter_name, ensure_loaded, publish_candidate, work_kind
-from learner.reward_config import RewardWeights, SpeedBudget
+from learner.reward_config import RewardWeights
 from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
 
@@ -67,82 +63,6 @@ CROSS_WORKERS = 4  # recombined joint actions judged at once (each program's tes
 
 class Cancelled(Exception):
     """The run was cancelled (from the admin tab or `coteam learner`); nothing was published."""
-
-
-@dataclass
-class TrainArgs:
-    """The one config of a training run (CleanRL's `Args` up front): what to train on, the
-    update's knobs (`magrpo`), the reward's weights and budgets, and the promotion gate's
-    settings. The admin form and `coteam train` start from these defaults; `check()` validates."""
-
-    task: TaskSet = "coding"  # coding | summary | expansion | longform (agents/tasks.py)
-    steps: int = 10
-    agents: int = 2
-    turns: int = 1  # turns per episode; every turn's calls are trained (magrpo.gamma)
-    task_limit: int | None = None  # cycle over the first N training tasks (None: all of them)
-    magrpo: MAGRPOConfig = field(default_factory=MAGRPOConfig)
-    weights: RewardWeights = field(default_factory=RewardWeights)
-    budget: SpeedBudget = field(default_factory=SpeedBudget)
-    gate: GateSettings = field(default_factory=GateSettings)
-    publish: bool = True  # register the final adapters as candidate versions
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> TrainArgs:
-        """The config `to_json` wrote (a stored run's), validated."""
-        data = dict(data)
-        magrpo = dict(data.pop("magrpo", {}))
-        if "target_modules" in magrpo:
-            magrpo["target_modules"] = tuple(magrpo["target_modules"])
-        args = cls(
-            **data
-            | {
-                "magrpo": MAGRPOConfig(**magrpo),
-                "weights": RewardWeights(**data.get("weights", {})),
-                "budget": SpeedBudget(**data.get("budget", {})),
-                "gate": GateSettings(**data.get("gate", {})),
-            }
-        )
-        args.check()
-        return args
-
-    def check(self) -> None:
-        """Refuse a run the learner cannot do, before any model is loaded; the message says why."""
-        c = self.magrpo
-        if self.task not in get_args(TaskSet):
-            raise ValueError(f"unknown task {self.task!r}: {', '.join(get_args(TaskSet))}")
-        if self.steps < 1:
-            raise ValueError(f"a run needs at least 1 step, not {self.steps}")
-        if not 2 <= self.agents <= 4:
-            raise ValueError(f"a team has 2 to 4 agents, not {self.agents}")
-        if c.group_size < 2:
-            raise ValueError("MAGRPO needs a group of at least 2 samples per task")
-        if not 1 <= self.turns <= MAX_TURNS:
-            raise ValueError(f"an episode has 1 to {MAX_TURNS} turns, not {self.turns}")
-        if not 0 < c.gamma <= 1:
-            raise ValueError(f"the discount gamma must be in (0, 1], not {c.gamma}")
-        if c.tasks_per_step < 1 or c.micro_batch < 1 or c.max_new_tokens < 1:
-            raise ValueError("tasks_per_step, micro_batch and max_new_tokens must be at least 1")
-        if not c.learning_rate > 0:
-            raise ValueError(f"the learning rate must be positive, not {c.learning_rate}")
-        if c.joint_mode not in JOINT_MODES:
-            raise ValueError(f"unknown joint mode {c.joint_mode!r}: {' or '.join(JOINT_MODES)}")
-        if c.joint_mode == "cross" and self.turns != 1:
-            raise ValueError(
-                "cross pairing trains one-turn episodes: a second turn's observations depend on "
-                "the first turn's joint output, which crossing changes (use --turns 1 or aligned)"
-            )
-        if c.joint_mode == "cross" and c.group_size**self.agents > MAX_CROSS_JOINT:
-            raise ValueError(
-                f"cross pairing scores G^agents = {c.group_size}^{self.agents} = "
-                f"{c.group_size**self.agents} joint actions a task, more than {MAX_CROSS_JOINT}: "
-                "use fewer agents, a smaller group, or aligned"
-            )
-        if self.task_limit is not None and self.task_limit < 1:
-            raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")
-        self.gate.check()
 
 
 def training_tasks(args: TrainArgs) -> list[Task]:
@@ -166,6 +86,40 @@ def agent_samples(results, agent: int, turn: int) -> list[Sample]:
     return samples
 
 
+@dataclass
+class _Run:
+    """A training run as its steps see it: what stays fixed, and what a step moves on (the
+    task stream, the adapters the team samples with, the history)."""
+
+    args: TrainArgs
+    client: PolicyClient
+    db_path: str | Path
+    run_id: int | None
+    tasks: list[Task]  # in the run's order (kept in the checkpoint)
+    task_stream: Iterator[Task]
+    first_step: int
+    policies: AgentPolicies
+    sampling: Sampling
+    preference: PreferenceModel | None
+    weights: RewardWeights  # the run's, the human weight scaled by the preference model's skill
+    ratings: dict  # what the preference model learnt from, for the metrics
+    start_names: list[str | None]  # the serving team the run started from
+    names: list[str | None]  # what the team samples with now: the start's, then the run's
+    scratch: Path
+    checkpoint: Path | None
+    history: list[dict]
+
+
+@dataclass
+class _Batch:
+    """What one step's update trains on: each agent's calls and their advantages, and counts."""
+
+    per_agent: dict[int, tuple[list[Sample], list[torch.Tensor]]]
+    skipped: int  # groups without signal (per task, and per turn with several)
+    signalled: int
+    turns_taken: list[int]
+
+
 def train(
     args: TrainArgs,
     client: PolicyClient,
@@ -184,12 +138,53 @@ def train(
     next step boundary (raising Cancelled). `resume_from` (a checkpoint folder) continues a
     stopped run from its last completed step; a run stopped after it published its candidates
     (in the gate) trains no more and returns them, for the gate to run again.
+
+    Each step: `rollout` (every task's group played and scored), `advantages`, `update` (one
+    policy-gradient step per agent, the new adapters served), `record_step`.
     """
-    cfg = args.magrpo
     args.check()
     resumed = read_checkpoint(resume_from) if resume_from else None
     if resumed and (candidates := published_candidates(resumed)):  # stopped in the gate
         return {"history": resumed["history"], "config": args.to_json(), "candidates": candidates}
+    db_path = db_path or default_db_path()
+    run = start_run(args, client, base_model, db_path, run_id, resume_from, resumed)
+    try:
+        if resumed:
+            run.policies.load_optimizers(resume_from)
+            run.names = _serve_step(run, run.first_step - 1)
+        for step in range(run.first_step, args.steps + 1):
+            t0 = time.perf_counter()
+            step_tasks = [next(run.task_stream) for _ in range(args.magrpo.tasks_per_step)]
+            groups = rollout(run, step_tasks)
+            batch = advantages(run, groups)
+            rollout_s = time.perf_counter() - t0
+            losses, updated = update(run, batch, step)
+            times = {"rollout_s": rollout_s, "update_s": time.perf_counter() - t0 - rollout_s}
+            record_step(run, step_metrics(run, step, groups, batch, losses, updated, times))
+            if on_step:
+                on_step(run.history[-1])
+        return finish_run(run)
+    finally:
+        for name in set(run.names) - set(run.start_names):
+            if name:
+                client.unload_adapter(name)
+        shutil.rmtree(run.scratch, ignore_errors=True)
+
+
+def start_run(
+    args: TrainArgs,
+    client: PolicyClient,
+    base_model: str | Path,
+    db_path: str | Path,
+    run_id: int | None,
+    resume_from: Path | None,
+    resumed: dict | None,
+) -> _Run:
+    """The run's tasks in its order (a resumed run's, with the tasks its steps drew passed), the
+    team it starts from (the versions serving this kind of work, loaded: a run on writing does
+    not start from versions trained on coding; a resumed run its checkpoint), the preference
+    model and the weights."""
+    cfg = args.magrpo
     random.seed(cfg.seed)
     tasks = training_tasks(args)
     random.shuffle(tasks)
@@ -201,12 +196,7 @@ def train(
     task_stream = itertools.cycle(tasks)
     for _ in range((first_step - 1) * cfg.tasks_per_step):  # the tasks the steps done drew
         next(task_stream)
-    db_path = db_path or default_db_path()
-    # a unique name: a server shared with other databases may know "run-1" already
-    scratch = runs_dir(db_path) / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}"
     with store.open_db(db_path) as db:
-        # the team serving this kind of work, loaded (a new server has none): a run on writing
-        # does not start from versions trained on coding
         start_names = ensure_loaded(db, client, args.agents, work_kind(args.task))
         active = store.active_adapters(db)
     start_from = {agent: active[agent]["path"] for agent, name in enumerate(start_names) if name}
@@ -214,10 +204,6 @@ def train(
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
     log.info("loading %s with %d LoRA adapters for training", base_model, args.agents)
     policies = AgentPolicies(str(base_model), args.agents, cfg, start_from)
-    sampling = Sampling(
-        temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens, logprobs=True
-    )
-    names = list(start_names)  # what the team samples with: the serving adapters, then ours
     preference = _preference_model(args, db_path)
     weights, ratings = args.weights, {"ratings_learnt": 0}
     if preference is not None:  # how far the ratings are trusted: their weight in the reward
@@ -227,124 +213,157 @@ def train(
             "preference_skill": round(preference.skill, 3),
             "preference_weight": round(weights.human, 3),
         }
-    history: list[dict] = resumed["history"] if resumed else []
-    checkpoint = checkpoint_folder(run_id, db_path) if run_id is not None else None
-    try:
-        if resumed:
-            policies.load_optimizers(resume_from)
-            names = _serve_step(client, policies, scratch, first_step - 1, names, start_names)
-        for step in range(first_step, args.steps + 1):
-            t0 = time.perf_counter()
-            rewards, turns_taken = [], []
-            per_agent = {agent: ([], []) for agent in range(args.agents)}
-            step_tasks = [next(task_stream) for _ in range(cfg.tasks_per_step)]
-            with ThreadPoolExecutor(max_workers=len(step_tasks)) as pool:
-                rollout = functools.partial(
-                    rollout_group,
-                    client=client,
-                    preference=preference,
-                    weights=weights,
-                    args=args,
-                    names=names,
-                    sampling=sampling,
-                    db_path=db_path,
-                )
-                groups = list(pool.map(rollout, step_tasks))
-            skipped = signalled = generated = 0
-            for results, group, returns in groups:
-                rewards.extend(group.tolist())
-                generated += sum(s["completion_tokens"] for r in results for s in r.steps)
-                taken = [r.turns for r in results]
-                turns_taken.extend(taken)
-                # per agent: the same returns (aligned) or each agent's own (cross pairing)
-                by_agent = [turn_groups(taken, r, cfg.gamma) for r in returns]
-                for turn_group in zip(*by_agent, strict=True):
-                    turn, members, _ = turn_group[0]
-                    advantages = [
-                        group_advantages(r, cfg.scale_advantages_by_std) for _, _, r in turn_group
-                    ]
-                    if not any(map(has_signal, advantages)):  # all equal: nothing to learn
-                        skipped += 1
-                        continue
-                    signalled += 1
-                    for agent, agent_advantages in enumerate(advantages):
-                        if not has_signal(agent_advantages):
-                            continue
-                        calls = agent_samples([results[g] for g in members], agent, turn)
-                        per_agent[agent][0].extend(calls)
-                        per_agent[agent][1].append(agent_advantages)
-            rollout_s = time.perf_counter() - t0
-            losses, updated = {}, False
-            for agent, (samples, advantages) in per_agent.items():
-                if not samples:
-                    continue
-                stats = policies.update(agent, samples, torch.cat(advantages))
-                losses[f"loss_agent{agent}"] = stats["loss"]
-                updated = updated or stats["updated"]
-            if updated:  # else the adapters are unchanged: keep serving the ones we have
-                names = _serve_step(client, policies, scratch, step, names, start_names)
-            update_s = time.perf_counter() - t0 - rollout_s
-            metrics = {
-                "step": step,
-                "reward_mean": sum(rewards) / len(rewards),
-                "reward_max": max(rewards),
-                "rollout_s": round(rollout_s, 1),
-                "update_s": round(update_s, 1),
-                "step_s": round(time.perf_counter() - t0, 1),
-                "samples": len(rewards),
-                **ratings,
-                "groups_without_signal": skipped,  # per task, and per turn with several
-                "groups_with_signal": signalled,
-                "tokens_generated": generated,  # every call of every joint sample
-                # completion tokens the update trained on, all agents together
-                "tokens_trained": sum(
-                    len(s.completion_ids) for calls, _ in per_agent.values() for s in calls
-                ),
-                # the calls in the update, of the agent with the most (crossed, each its own)
-                "calls_trained": max(len(calls) for calls, _ in per_agent.values()),
-                "calls_by_agent": [len(calls) for calls, _ in per_agent.values()],
-                **({"turns_mean": sum(turns_taken) / len(turns_taken)} if args.turns > 1 else {}),
-                "updated": updated,  # False: no group had signal, no optimizer step was taken
-                **losses,
-            }
-            history.append(metrics)
-            if checkpoint is not None:
-                write_checkpoint(policies, checkpoint, step, history, tasks)
-            log.info(
-                "step %d: mean reward %.3f%s",
-                step,
-                metrics["reward_mean"],
-                "" if updated else " (no signal: no update)",
+    return _Run(
+        args=args,
+        client=client,
+        db_path=db_path,
+        run_id=run_id,
+        tasks=tasks,
+        task_stream=task_stream,
+        first_step=first_step,
+        policies=policies,
+        sampling=Sampling(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_new_tokens,
+            logprobs=True,
+        ),
+        preference=preference,
+        weights=weights,
+        ratings=ratings,
+        start_names=list(start_names),
+        names=list(start_names),
+        # a unique name: a server shared with other databases may know "run-1" already
+        scratch=runs_dir(db_path) / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}",
+        checkpoint=checkpoint_folder(run_id, db_path) if run_id is not None else None,
+        history=resumed["history"] if resumed else [],
+    )
+
+
+def rollout(run: _Run, step_tasks: list[Task]) -> list[tuple]:
+    """The step's tasks at once, each one's group played and scored (`rollout_group`)."""
+    with ThreadPoolExecutor(max_workers=len(step_tasks)) as pool:
+        one = functools.partial(
+            rollout_group,
+            client=run.client,
+            preference=run.preference,
+            weights=run.weights,
+            args=run.args,
+            names=run.names,
+            sampling=run.sampling,
+            db_path=run.db_path,
+        )
+        return list(pool.map(one, step_tasks))
+
+
+def advantages(run: _Run, groups: list[tuple]) -> _Batch:
+    """Each agent's calls with signal and their advantages A = R − mean(R) over the group (per
+    turn with several; per agent its own returns when crossed); a group whose advantages are
+    all zero carries no signal and is left out."""
+    cfg = run.args.magrpo
+    batch = _Batch({agent: ([], []) for agent in range(run.args.agents)}, 0, 0, [])
+    for results, _, returns in groups:
+        taken = [r.turns for r in results]
+        batch.turns_taken.extend(taken)
+        # per agent: the same returns (aligned) or each agent's own (cross pairing)
+        by_agent = [turn_groups(taken, r, cfg.gamma) for r in returns]
+        for turn_group in zip(*by_agent, strict=True):
+            turn, members, _ = turn_group[0]
+            per_agent = [group_advantages(r, cfg.scale_advantages_by_std) for _, _, r in turn_group]
+            if not any(map(has_signal, per_agent)):  # all equal: nothing to learn
+                batch.skipped += 1
+                continue
+            batch.signalled += 1
+            for agent, agent_advantages in enumerate(per_agent):
+                if has_signal(agent_advantages):
+                    calls = agent_samples([results[g] for g in members], agent, turn)
+                    batch.per_agent[agent][0].extend(calls)
+                    batch.per_agent[agent][1].append(agent_advantages)
+    return batch
+
+
+def update(run: _Run, batch: _Batch, step: int) -> tuple[dict, bool]:
+    """One policy-gradient step on each agent's LoRA with its own calls; the new adapters go to
+    the server (else the adapters are unchanged: the team keeps sampling with the ones it has).
+    Returns each agent's loss and whether any optimizer step was taken."""
+    losses, updated = {}, False
+    for agent, (samples, agent_advantages) in batch.per_agent.items():
+        if not samples:
+            continue
+        stats = run.policies.update(agent, samples, torch.cat(agent_advantages))
+        losses[f"loss_agent{agent}"] = stats["loss"]
+        updated = updated or stats["updated"]
+    if updated:
+        run.names = _serve_step(run, step)
+    return losses, updated
+
+
+def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, times) -> dict:
+    """What a step is logged with (the admin tab's curves and `coteam train`'s progress)."""
+    rewards = [reward for _, group, _ in groups for reward in group.tolist()]
+    calls = [samples for samples, _ in batch.per_agent.values()]
+    return {
+        "step": step,
+        "reward_mean": sum(rewards) / len(rewards),
+        "reward_max": max(rewards),
+        "rollout_s": round(times["rollout_s"], 1),
+        "update_s": round(times["update_s"], 1),
+        "step_s": round(times["rollout_s"] + times["update_s"], 1),
+        "samples": len(rewards),
+        **run.ratings,
+        "groups_without_signal": batch.skipped,  # per task, and per turn with several
+        "groups_with_signal": batch.signalled,
+        # every call of every joint sample
+        "tokens_generated": sum(
+            s["completion_tokens"] for results, _, _ in groups for r in results for s in r.steps
+        ),
+        # completion tokens the update trained on, all agents together
+        "tokens_trained": sum(len(s.completion_ids) for samples in calls for s in samples),
+        # the calls in the update, of the agent with the most (crossed, each its own)
+        "calls_trained": max(len(samples) for samples in calls),
+        "calls_by_agent": [len(samples) for samples in calls],
+        **(
+            {"turns_mean": sum(batch.turns_taken) / len(batch.turns_taken)}
+            if run.args.turns > 1
+            else {}
+        ),
+        "updated": updated,  # False: no group had signal, no optimizer step was taken
+        **losses,
+    }
+
+
+def record_step(run: _Run, metrics: dict) -> None:
+    """Keep the step: the history, the checkpoint, the log, the training run's progress; a run
+    whose state is no longer 'running' (cancelled) stops here."""
+    step = metrics["step"]
+    run.history.append(metrics)
+    if run.checkpoint is not None:
+        write_checkpoint(run.policies, run.checkpoint, step, run.history, run.tasks)
+    no_update = "" if metrics["updated"] else " (no signal: no update)"
+    log.info("step %d: mean reward %.3f%s", step, metrics["reward_mean"], no_update)
+    if run.run_id is not None:
+        with store.open_db(run.db_path) as db:
+            state = store.update_training_run(
+                db,
+                run.run_id,
+                progress=step / run.args.steps,
+                message=f"step {step}/{run.args.steps}: mean reward {metrics['reward_mean']:.3f}",
+                metrics={"history": run.history},
             )
-            if on_step:
-                on_step(metrics)
-            if run_id is not None:
-                with store.open_db(db_path) as db:
-                    state = store.update_training_run(
-                        db,
-                        run_id,
-                        progress=step / args.steps,
-                        message=f"step {step}/{args.steps}: mean reward {metrics['reward_mean']:.3f}",
-                        metrics={"history": history},
-                    )
-                if state != "running":
-                    raise Cancelled(f"training run {run_id} was {state}")
-        outcome = {"history": history, "config": args.to_json(), "candidates": {}}
-        pass_steps = steps_per_pass(len(tasks), cfg.tasks_per_step)
-        if args.publish:
-            last_pass = history[-pass_steps:]
-            train_reward = sum(h["reward_mean"] for h in last_pass) / len(last_pass)
-            outcome["candidates"] = _publish(
-                db_path, policies, scratch, run_id, active, history, train_reward, ratings
-            )
-            if checkpoint is not None:  # a run stopped in the gate resumes with the gate
-                mark_published(checkpoint, outcome["candidates"])
-        return outcome
-    finally:
-        for name in set(names) - set(start_names):
-            if name:
-                client.unload_adapter(name)
-        shutil.rmtree(scratch, ignore_errors=True)
+        if state != "running":
+            raise Cancelled(f"training run {run.run_id} was {state}")
+
+
+def finish_run(run: _Run) -> dict:
+    """The run's outcome; with `publish`, each agent's adapter becomes its next candidate."""
+    outcome = {"history": run.history, "config": run.args.to_json(), "candidates": {}}
+    if run.args.publish:
+        last_pass = run.history[-steps_per_pass(len(run.tasks), run.args.magrpo.tasks_per_step) :]
+        train_reward = sum(h["reward_mean"] for h in last_pass) / len(last_pass)
+        outcome["candidates"] = _publish(run, train_reward)
+        if run.checkpoint is not None:  # a run stopped in the gate resumes with the gate
+            mark_published(run.checkpoint, outcome["candidates"])
+    return outcome
 
 
 def rollout_group(
@@ -462,17 +481,17 @@ def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:
     return model
 
 
-def _serve_step(client, policies, scratch: Path, step: int, names, start_names) -> list[str]:
+def _serve_step(run: _Run, step: int) -> list[str]:
     """Save this step's adapters to scratch, load them under new names, unload the last step's."""
     new_names = []
-    for agent in range(policies.n_agents):
-        folder = policies.save(agent, scratch / f"step{step}" / f"agent{agent}")
-        name = store.training_adapter_name(scratch.name, step, agent)
-        client.load_adapter(name, str(folder))
+    for agent in range(run.policies.n_agents):
+        folder = run.policies.save(agent, run.scratch / f"step{step}" / f"agent{agent}")
+        name = store.training_adapter_name(run.scratch.name, step, agent)
+        run.client.load_adapter(name, str(folder))
         new_names.append(name)
-    for old in set(names) - set(start_names):
+    for old in set(run.names) - set(run.start_names):
         if old:
-            client.unload_adapter(old)
+            run.client.unload_adapter(old)
     return new_names
 
 
@@ -481,38 +500,25 @@ def steps_per_pass(tasks: int, tasks_per_step: int) -> int:
     return max(1, math.ceil(tasks / tasks_per_step))
 
 
-def _publish(
-    db_path,
-    policies,
-    scratch: Path,
-    run_id,
-    active: dict,
-    history,
-    train_reward: float,
-    ratings: dict,
-) -> dict[int, int]:
-    """Register each agent's final adapter as its next candidate version; `train_reward` is the
-    mean joint reward of the last pass over the tasks (one step's is mostly which tasks it drew),
-    `ratings` how many stored ratings the preference model learnt from and, when it had any, its
-    skill and weight in the reward."""
-    final = history[-1]["step"]
+def _publish(run: _Run, train_reward: float) -> dict[int, int]:
+    """Register each agent's final adapter as its next candidate version, its parent the version
+    the run started from (None: the base model); `train_reward` is the mean joint reward of the
+    last pass over the tasks (one step's is mostly which tasks it drew), the ratings how many
+    stored ratings the preference model learnt from and, when it had any, its skill and weight
+    in the reward."""
+    final = run.history[-1]["step"]
     candidates = {}
-    with store.open_db(db_path) as db:
-        for agent in range(policies.n_agents):
+    with store.open_db(run.db_path) as db:
+        for agent in range(run.policies.n_agents):
             # the adapter as it is now (the last step may have had no signal, so no step folder)
-            folder = policies.save(agent, scratch / "final" / f"agent{agent}")
-            parent = active[agent]["version"] if agent in active else None
+            folder = run.policies.save(agent, run.scratch / "final" / f"agent{agent}")
             row = publish_candidate(
                 db,
                 agent,
                 folder,
-                parent=parent,
-                metrics={
-                    "train_reward": train_reward,
-                    "steps": final,
-                    **ratings,
-                },
-                training_run_id=run_id,
+                parent=(store.parse_adapter_name(run.start_names[agent]) or (agent, None))[1],
+                metrics={"train_reward": train_reward, "steps": final, **run.ratings},
+                training_run_id=run.run_id,
             )
             candidates[agent] = row["version"]
             log.info("agent %d: candidate %s", agent, adapter_name(agent, row["version"]))

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import store
 from agents.serving.policy import PolicyClient
+from learner.config import TrainArgs
 from learner.registry import remove_unfinished_copies
 from learner.run import execute_run, start_run
-from learner.train import TrainArgs
 
 log = logging.getLogger(__name__)
 

@@ -78,6 +78,27 @@ SECOND_PERSON = re.compile(r"\b(you|your|yours)\b", re.I)
 LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 
 
+def section_agreement(sections: Sequence[str], vectors, subject: str | None) -> dict[str, float]:
+    """How alike the written sections are: `voice` (share in the majority person), `format`
+    (share in the majority of prose or lists), `terms` (share naming `subject`, where given),
+    `embedding_consistency`, and `consistency`, their mean (0 when nothing is written)."""
+    written = [s for s in sections if s.split()]
+    r = {
+        "voice": _agreement([_person(s) for s in written]),
+        "format": _agreement([bool(LIST_LINE.search(s)) for s in written]),
+        "terms": (
+            sum(subject.lower() in s.lower() for s in written) / len(written)
+            if subject and written
+            else 1.0
+        ),
+        "embedding_consistency": consistency(sections, vectors),
+    }
+    r["consistency"] = (
+        (r["embedding_consistency"] + r["voice"] + r["format"] + r["terms"]) / 4 * bool(written)
+    )
+    return r
+
+
 def longform_reward(
     sections: Sequence[str],
     briefs: Sequence[str],
@@ -131,18 +152,7 @@ def longform_reward(
         max(cosine(v.mean(axis=0), b), 0.0) if len(v) and brief else 0.0
         for v, b, brief in zip(vectors, brief_vectors, briefs, strict=True)
     ) / len(sections)
-    written = [s for s in sections if s.split()]
-    r["voice"] = _agreement([_person(s) for s in written])
-    r["format"] = _agreement([bool(LIST_LINE.search(s)) for s in written])
-    r["terms"] = (
-        sum(subject.lower() in s.lower() for s in written) / len(written)
-        if subject and written
-        else 1.0
-    )
-    r["embedding_consistency"] = consistency(sections, vectors)
-    r["consistency"] = (
-        (r["embedding_consistency"] + r["voice"] + r["format"] + r["terms"]) / 4 * bool(written)
-    )
+    r |= section_agreement(sections, vectors, subject)
     r["paraphrase"] = paraphrase(vectors)
     r["redundancy"] = max(redundancy(sections, vectors), r["paraphrase"])
     edited_vectors = [v[~gone] for v, gone in zip(vectors, marks, strict=True)]

@@ -8,7 +8,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from learner.magrpo import AgentPolicies, MAGRPOConfig, Sample
+from learner.config import MAGRPOConfig
+from learner.magrpo import AgentPolicies, Sample
 
 model_folder, out = sys.argv[1:3]
 dist.init_process_group("gloo")

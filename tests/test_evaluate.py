@@ -13,6 +13,7 @@ import store
 from agents.serving.server import machine
 from agents.tasks import humaneval_task, xsum_tasks
 from app.cli import main
+from learner.config import EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import (
     holm,
@@ -24,8 +25,6 @@ from learner.eval_stats import (
     welch_test,
 )
 from learner.evaluate import (
-    EvalConfig,
-    EvalError,
     episode_metrics,
     eval_tasks,
     evaluate,

@@ -128,3 +128,17 @@ def test_only_the_store_reads_and_writes_tables():
         and by_hand.search(path.read_text(encoding="utf-8"))
     )
     assert found == [], f"use the store's functions: {found}"
+
+
+MAX_FUNCTION_LINES = 80  # a function longer than this does several things: name them
+
+
+def test_no_function_is_over_80_lines():
+    long = {
+        f"{name}.{node.name}": node.end_lineno - node.lineno + 1
+        for name, path in project_modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+    assert not long, f"split these into named steps: {long}"

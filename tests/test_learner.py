@@ -20,10 +20,10 @@ from agents.team.episode import run_episode
 from agents.team.feedback import checker_for
 from agents.team.graph import Sampling
 from app.commands_train import adapter_record
-from learner.magrpo import MAGRPOConfig
+from learner.config import MAGRPOConfig, TrainArgs
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
 from learner.rewards import score_group
-from learner.train import TrainArgs, rollout_group, train, training_tasks
+from learner.train import rollout_group, train, training_tasks
 from tests.conftest import adapters_as_found
 from tests.lora import train_lora
 

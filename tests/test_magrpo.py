@@ -11,9 +11,9 @@ from agents.team.crossing import recombine
 from agents.team.episode import run_group
 from agents.team.feedback import sandbox_check
 from agents.team.graph import Sampling
+from learner.config import MAGRPOConfig, TrainArgs
 from learner.magrpo import (
     AgentPolicies,
-    MAGRPOConfig,
     Sample,
     cross_picks,
     cross_returns,
@@ -25,7 +25,7 @@ from learner.magrpo import (
 from learner.report import plot_training_curve
 from learner.reward_config import RewardWeights
 from learner.rewards import score_group
-from learner.train import TrainArgs, agent_samples, cross_group, steps_per_pass
+from learner.train import agent_samples, cross_group, steps_per_pass
 from tests.scripted import ScriptedPolicy
 
 CODING = humaneval_task(0)

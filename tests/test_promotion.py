@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agents.tasks import split_tasks
-from learner.promotion import GateResult, GateSettings, paired_scores, validation_tasks
+from learner.config import GateSettings
+from learner.promotion import GateResult, paired_scores, validation_tasks
 from learner.reward_config import RewardWeights, SpeedBudget
 from tests.scripted import ScriptedPolicy
 

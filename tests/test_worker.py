@@ -73,8 +73,9 @@ def test_a_run_that_passes_the_gate_is_promoted_and_finished(home, monkeypatch):
 
 
 def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
+    from learner.config import TrainArgs
     from learner.run import resume_run, start_run
-    from learner.train import TrainArgs, checkpoint_folder
+    from learner.train import checkpoint_folder
 
     db_path = home / "coteam.db"
     args = TrainArgs(steps=3, task_limit=4)
@@ -117,8 +118,9 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
 def test_a_resumed_run_can_be_given_more_steps_or_fewer(home):
     """`coteam train --resume RUN --steps N`: another epoch, or an end sooner; nothing else of
     the config changes."""
+    from learner.config import TrainArgs
     from learner.run import resume_run, start_run
-    from learner.train import TrainArgs, checkpoint_folder
+    from learner.train import checkpoint_folder
 
     db_path = home / "coteam.db"
     args = TrainArgs(steps=10, task_limit=4, agents=3)
@@ -142,8 +144,9 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
     """`coteam train` exits on SIGTERM (SystemExit) and Ctrl-C (KeyboardInterrupt) in the middle
     of a step: the run ends resumable, and says so rather than show a traceback of its exit; a
     run that crashes says the same after its error."""
+    from learner.config import TrainArgs
     from learner.run import execute_run, resume_run, start_run
-    from learner.train import TrainArgs, checkpoint_folder, mark_published
+    from learner.train import checkpoint_folder, mark_published
 
     db_path = home / "coteam.db"
 
@@ -194,8 +197,9 @@ def test_a_run_stopped_from_outside_ends_saying_after_which_step_and_how_to_go_o
 
 
 def test_run_1_of_one_database_never_resumes_from_run_1_of_another(home, tmp_path):
+    from learner.config import TrainArgs
     from learner.run import resume_run, start_run
-    from learner.train import TrainArgs, checkpoint_folder
+    from learner.train import checkpoint_folder
 
     default, other = home / "coteam.db", tmp_path / "eval" / "coteam.db"
     other.parent.mkdir()
@@ -267,7 +271,7 @@ def test_a_version_folder_left_by_a_moved_database_is_kept_aside_not_fatal(home,
 def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
     from dataclasses import replace
 
-    from learner.train import TrainArgs
+    from learner.config import TrainArgs
 
     with pytest.raises(ValueError, match="1 to 4 turns"):
         TrainArgs(turns=0).check()
@@ -292,7 +296,7 @@ def test_a_config_the_learner_cannot_run_is_refused_with_the_reason():
 def test_coteam_train_flags_start_from_the_one_config():
     from app.cli import build_parser
     from app.commands_train import _train_args
-    from learner.train import TrainArgs
+    from learner.config import TrainArgs
 
     parser = build_parser()
     assert _train_args(parser.parse_args(["train"])) == TrainArgs()  # no default of its own
@@ -305,3 +309,27 @@ def test_coteam_train_flags_start_from_the_one_config():
     )
     with pytest.raises(ValueError, match="1 to 4 turns"):
         _train_args(parser.parse_args(["train", "--turns", "5"]))
+    args = _train_args(parser.parse_args(["train", "--lr", "2e-5", "--max-tokens", "96"]))
+    assert (args.magrpo.learning_rate, args.magrpo.max_new_tokens) == (2e-5, 96)
+    assert "(default 0.0001)" in parser._subparsers._group_actions[0].choices["train"].format_help()
+
+
+def test_coteam_eval_flags_start_from_the_one_config():
+    """`coteam eval`'s flags are EvalConfig's fields: no default of their own."""
+    from app.cli import build_parser
+    from learner.config import EvalConfig, EvalError
+    from learner.flags import from_flags
+
+    parser = build_parser()
+    given = parser.parse_args(["eval", "--task", "coding", "--out", "x"])
+    assert from_flags(given, EvalConfig) == EvalConfig()
+    given = parser.parse_args(
+        ["eval", "--task", "writing", "--out", "x", "--shapes", "single, parallel", "--limit", "3"]
+    )
+    config = from_flags(given, EvalConfig)
+    assert (config.task, config.shapes, config.limit) == ("writing", ("single", "parallel"), 3)
+    with pytest.raises(EvalError, match="unknown shapes"):
+        from_flags(
+            parser.parse_args(["eval", "--task", "coding", "--out", "x", "--shapes", "x"]),
+            EvalConfig,
+        )

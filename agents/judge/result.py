@@ -137,31 +137,18 @@ def kill_all(pgid: int, uid: int | None) -> int:
     raise SandboxError(f"processes of sandbox uid {uid} survived 200 rounds of SIGKILL")
 
 
-def describe_run(
-    pid: int,
-    uid: int | None,
-    returncode: int,
-    stdout_bytes: bytes,
-    stderr_bytes: bytes,
+def limits_hit(
+    limits: Limits,
+    stderr: str,
+    blocked: list[str],
+    killed_by: str | None,
     timed_out: bool,
     overflowed: bool,
-    limits: Limits,
-    duration: float,
-    layers: list[str],
-    interpreter: str,
-    strays: int,
-    out_of_memory: bool = False,
-    stopped: bool = False,
-) -> SandboxResult:
-    stdout = stdout_bytes.decode("utf-8", errors="replace")
-    stderr = stderr_bytes.decode("utf-8", errors="replace")
-    blocked = [
-        line.removeprefix("[sandbox] blocked ")
-        for line in stderr.splitlines()
-        if line.startswith("[sandbox] blocked ")
-    ]
-    killed_by = signal.Signals(-returncode).name if returncode < 0 else None
-    # each candidate limit with the sentence that explains it, most decisive first
+    out_of_memory: bool,
+    stopped: bool,
+) -> list[tuple[str, str]]:
+    """Each limit the run met, with the sentence that explains it, most decisive first (a limit
+    met in several ways once, at its first place)."""
     hits: list[tuple[str, str]] = []
     if overflowed:
         hits.append(("output", f"it printed more than {limits.output_bytes:,} bytes"))
@@ -191,7 +178,36 @@ def describe_run(
         hits.append(("filesystem", "it was refused access to something it does not own"))
     if any(b.startswith("ctypes.") for b in blocked):
         hits.append(("ctypes", "it tried to call C functions through ctypes"))
-    hits = list({name: (name, sentence) for name, sentence in reversed(hits)}.values())[::-1]
+    return list({name: (name, sentence) for name, sentence in reversed(hits)}.values())[::-1]
+
+
+def describe_run(
+    pid: int,
+    uid: int | None,
+    returncode: int,
+    stdout_bytes: bytes,
+    stderr_bytes: bytes,
+    timed_out: bool,
+    overflowed: bool,
+    limits: Limits,
+    duration: float,
+    layers: list[str],
+    interpreter: str,
+    strays: int,
+    out_of_memory: bool = False,
+    stopped: bool = False,
+) -> SandboxResult:
+    stdout = stdout_bytes.decode("utf-8", errors="replace")
+    stderr = stderr_bytes.decode("utf-8", errors="replace")
+    blocked = [
+        line.removeprefix("[sandbox] blocked ")
+        for line in stderr.splitlines()
+        if line.startswith("[sandbox] blocked ")
+    ]
+    killed_by = signal.Signals(-returncode).name if returncode < 0 else None
+    hits = limits_hit(
+        limits, stderr, blocked, killed_by, timed_out, overflowed, out_of_memory, stopped
+    )
     limit = hits[0][0] if hits else None
     if hits:
         reason = ("finished, but " if returncode == 0 else "stopped: ") + "; ".join(

@@ -220,77 +220,10 @@ def _run(
     uid = pick_uid() if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="coteam-sandbox-", ignore_cleanup_errors=True) as tmp:
         folder = os.path.realpath(tmp)
-        for name, text in {**files, "main.py": code}.items():
-            if os.path.basename(name) != name or name in ("", ".", ".."):
-                raise ValueError(f"not a plain file name: {name!r}")
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-                f.write(text)
-            if uid is not None:  # in case the private mount is unavailable
-                os.chown(os.path.join(folder, name), uid, uid)
-        if uid is not None:
-            os.chown(folder, uid, uid)
+        _write_files(folder, {**files, "main.py": code}, uid)
         cgroups = RunCgroups.create(limits) if uid is not None else None
-        config = {
-            "folder": folder,
-            "uid": uid,
-            "cgroups": cgroups.paths if cgroups else [],
-            "memory_mb": limits.memory_mb,
-            "processes": limits.processes,
-            "seccomp": _seccomp_config(),
-            "disk_mb": limits.disk_mb,
-            "world_writable": list(WORLD_WRITABLE),
-            "hidden": hidden_paths(interpreter),
-            "pass_fds": list(pass_fds),
-            "rlimits": rlimits_for(limits),
-            "python": interpreter,
-            "argv": [
-                interpreter,
-                "-I",
-                "-S",
-                "-c",
-                PRELUDE.read_text(encoding="utf-8"),
-                folder,
-                "1" if limits.audit_hook else "0",
-            ],
-            "env": {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "LANG": "C.UTF-8",
-                "HOME": folder,
-                "TMPDIR": folder,
-            },
-        }
-        status_read, status_write = os.pipe()
-        try:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-c",
-                    LAUNCHER.read_text(encoding="utf-8"),
-                    json.dumps(config),
-                    str(status_write),
-                ],
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(status_write, *pass_fds),
-                start_new_session=True,
-                cwd=folder,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            )
-        except BaseException:
-            os.close(status_read)
-            raise
-        finally:
-            os.close(status_write)
-            _close_all(pass_fds)  # the program holds them now: an end it closes is seen as EOF
-        with os.fdopen(status_read, "rb") as status_pipe:
-            status = json.loads(status_pipe.read() or b"{}")  # EOF at exec (close-on-exec)
-        if "error" in status:
-            proc.kill()
-            proc.communicate()
-            raise SandboxError(f"the sandbox could not start: {status['error']}")
+        config = _launch_config(folder, uid, cgroups, limits, interpreter, pass_fds)
+        proc, status = _launch(config, folder, stdin, pass_fds)
         layers = ["process: own session, scrubbed environment, python -I -S", *status["layers"]]
         if limits.audit_hook:
             layers.append("audit hook: network, processes, ctypes, writes outside the folder")
@@ -320,6 +253,100 @@ def _run(
         out_of_memory,
         stopped,
     )
+
+
+def _write_files(folder: str, files: dict[str, str], uid: int | None) -> None:
+    """The program and its files in the run's folder, owned by the run's user (when there is
+    one: in case the private mount is unavailable); a name that is not a plain file's is refused."""
+    for name, text in files.items():
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise ValueError(f"not a plain file name: {name!r}")
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.write(text)
+        if uid is not None:
+            os.chown(os.path.join(folder, name), uid, uid)
+    if uid is not None:
+        os.chown(folder, uid, uid)
+
+
+def _launch_config(
+    folder: str,
+    uid: int | None,
+    cgroups: RunCgroups | None,
+    limits: Limits,
+    interpreter: str,
+    pass_fds: list[int],
+) -> dict:
+    """What the launcher (harness/launcher.py) sets up before it runs the program: every layer."""
+    return {
+        "folder": folder,
+        "uid": uid,
+        "cgroups": cgroups.paths if cgroups else [],
+        "memory_mb": limits.memory_mb,
+        "processes": limits.processes,
+        "seccomp": _seccomp_config(),
+        "disk_mb": limits.disk_mb,
+        "world_writable": list(WORLD_WRITABLE),
+        "hidden": hidden_paths(interpreter),
+        "pass_fds": list(pass_fds),
+        "rlimits": rlimits_for(limits),
+        "python": interpreter,
+        "argv": [
+            interpreter,
+            "-I",
+            "-S",
+            "-c",
+            PRELUDE.read_text(encoding="utf-8"),
+            folder,
+            "1" if limits.audit_hook else "0",
+        ],
+        "env": {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": folder,
+            "TMPDIR": folder,
+        },
+    }
+
+
+def _launch(
+    config: dict, folder: str, stdin: str, pass_fds: list[int]
+) -> tuple[subprocess.Popen, dict]:
+    """Start the launcher with `config`; return it and the status it reported once the layers
+    were in place (raises SandboxError when they could not be)."""
+    status_read, status_write = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                LAUNCHER.read_text(encoding="utf-8"),
+                json.dumps(config),
+                str(status_write),
+            ],
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(status_write, *pass_fds),
+            start_new_session=True,
+            cwd=folder,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
+    except BaseException:
+        os.close(status_read)
+        raise
+    finally:
+        os.close(status_write)
+        _close_all(pass_fds)  # the program holds them now: an end it closes is seen as EOF
+    with os.fdopen(status_read, "rb") as status_pipe:
+        status = json.loads(status_pipe.read() or b"{}")  # EOF at exec (close-on-exec)
+    if "error" in status:
+        proc.kill()
+        proc.communicate()
+        raise SandboxError(f"the sandbox could not start: {status['error']}")
+    return proc, status
 
 
 def _feed(pipe, text: str) -> None:

@@ -209,12 +209,7 @@ def run_tests(
     finally:
         stop.set()
         thread.join()
-    program_run = served.get("run")
-    for failure in (judged, program_run):
-        if isinstance(failure, SandboxError):
-            results = [AssertResult(source, False, str(failure)) for source in units]
-            return TestReport(0, len(units), results, 0, str(failure))
-    return _report(judged, program_run, units)
+    return _report(judged, served.get("run"), units)
 
 
 def _harness(name: str) -> str:
@@ -223,9 +218,17 @@ def _harness(name: str) -> str:
     return codec + "\n\n" + (HARNESS / name).read_text(encoding="utf-8")
 
 
-def _report(judged: SandboxResult, program_run: SandboxResult, units: list[str]) -> TestReport:
+def _report(
+    judged: SandboxResult | SandboxError,
+    program_run: SandboxResult | SandboxError,
+    units: list[str],
+) -> TestReport:
     """The judge's lines, validated, as a report; the reason the program's run was stopped, when a
-    limit stopped it, as its error."""
+    limit stopped it, as its error. A sandbox that failed fails every test, saying why."""
+    for failure in (judged, program_run):
+        if isinstance(failure, SandboxError):
+            results = [AssertResult(source, False, str(failure)) for source in units]
+            return TestReport(0, len(units), results, 0, str(failure))
     outcomes: dict[int, AssertResult] = {}
     rejected = 0
     error = ""

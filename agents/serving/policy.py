@@ -141,33 +141,8 @@ class PolicyClient:
         first_token_s, pieces, usage, finish = None, [], None, None
         prompt_ids, token_ids, logprobs = None, [], []
         marks, kept = [], None  # after each piece: how many token ids and log-probs had come
-        body = {"return_token_ids": True} if request.logprobs else {}
-        if request.repetition_penalty != 1.0:
-            body["repetition_penalty"] = request.repetition_penalty
-        if request.min_tokens:
-            body["min_tokens"] = request.min_tokens
-        if request.messages and request.messages[-1]["role"] == "assistant":
-            # the reply is already begun (an agent's stub head): the model continues that message
-            body |= {"continue_final_message": True, "add_generation_prompt": False}
-        extra = {"logprobs": True} if request.logprobs else {}
-        if body:
-            extra["extra_body"] = body
         try:
-            stream = await client.chat.completions.create(
-                model=model,
-                messages=request.messages,
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                seed=request.seed,
-                stop=request.stop,
-                stream=True,
-                # a stop decided here ends the stream before its last chunk: vLLM's usage on
-                # every chunk keeps the prompt's token count
-                stream_options={"include_usage": True}
-                | ({"continuous_usage_stats": True} if request.stop_when else {}),
-                **extra,
-            )
+            stream = await client.chat.completions.create(model=model, **_options(request))
             async for chunk in stream:
                 if self.cancelled.is_set():
                     await stream.close()  # the server stops generating for it
@@ -256,3 +231,33 @@ class PolicyClient:
             return httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def _options(request: Request) -> dict:
+    """The chat completion's arguments for `request`, vLLM's extensions in `extra_body`."""
+    body = {"return_token_ids": True} if request.logprobs else {}
+    if request.repetition_penalty != 1.0:
+        body["repetition_penalty"] = request.repetition_penalty
+    if request.min_tokens:
+        body["min_tokens"] = request.min_tokens
+    if request.messages and request.messages[-1]["role"] == "assistant":
+        # the reply is already begun (an agent's stub head): the model continues that message
+        body |= {"continue_final_message": True, "add_generation_prompt": False}
+    options = {
+        "messages": request.messages,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "seed": request.seed,
+        "stop": request.stop,
+        "stream": True,
+        # a stop decided here ends the stream before its last chunk: vLLM's usage on every
+        # chunk keeps the prompt's token count
+        "stream_options": {"include_usage": True}
+        | ({"continuous_usage_stats": True} if request.stop_when else {}),
+    }
+    if request.logprobs:
+        options["logprobs"] = True
+    if body:
+        options["extra_body"] = body
+    return options

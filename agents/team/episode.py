@@ -115,45 +115,59 @@ def run_episode(
     emit = on_event or (lambda event: None)
     database = db if isinstance(db, Database) else store.open_db(db)
     try:
-        task_id = save_task(database, task)
-        params = {
-            "sampling": asdict(sampling),
-            "turns": turns,
-            "adapters": team.adapters,
-            "checker": getattr(checker, "__name__", type(checker).__name__),
-        }
-        with store.recording_episode(
-            database,
-            task_id,
-            shape=shape,
-            roles=[role.name for role in team.roles],
-            adapter_versions=[store.recorded_version(name) for name in team.adapters],
-            group_id=group_id,
-            sample_index=sample_index,
-            params=params,
-        ) as episode_id:
-            emit(
-                {
-                    "event": "episode_start",
-                    "episode_id": episode_id,
-                    "task_id": task_id,
-                    "shape": shape,
-                    "roles": [r.name for r in team.roles],
-                    "adapters": team.adapters,
-                }
-            )
-            start = time.perf_counter()
-            state = _run_graph(team, database, episode_id, emit)
-            wall_time_s = time.perf_counter() - start
-            store.finish_episode(database, episode_id, state["output"], wall_time_s=wall_time_s)
+        result = _record_episode(team, database, emit, group_id, sample_index)
     finally:
         if database is not db:
             database.close()
-    result = EpisodeResult(
+    emit({"event": "episode_end", "episode_id": result.episode_id, "result": result})
+    return result
+
+
+def _record_episode(
+    team: Team,
+    db: Database,
+    emit: Callable[[Event], None],
+    group_id: str | None,
+    sample_index: int,
+) -> EpisodeResult:
+    """Open the episode in the store, run the team's graph recording each call, close it."""
+    task_id = save_task(db, team.task)
+    params = {
+        "sampling": asdict(team.sampling),
+        "turns": team.turns,
+        "adapters": team.adapters,
+        "checker": getattr(team.checker, "__name__", type(team.checker).__name__),
+    }
+    roles = [role.name for role in team.roles]
+    with store.recording_episode(
+        db,
+        task_id,
+        shape=team.shape,
+        roles=roles,
+        adapter_versions=[store.recorded_version(name) for name in team.adapters],
+        group_id=group_id,
+        sample_index=sample_index,
+        params=params,
+    ) as episode_id:
+        emit(
+            {
+                "event": "episode_start",
+                "episode_id": episode_id,
+                "task_id": task_id,
+                "shape": team.shape,
+                "roles": roles,
+                "adapters": team.adapters,
+            }
+        )
+        start = time.perf_counter()
+        state = _run_graph(team, db, episode_id, emit)
+        wall_time_s = time.perf_counter() - start
+        store.finish_episode(db, episode_id, state["output"], wall_time_s=wall_time_s)
+    return EpisodeResult(
         episode_id=episode_id,
         task_id=task_id,
-        task=task,
-        shape=shape,
+        task=team.task,
+        shape=team.shape,
         roles=team.roles,
         adapters=team.adapters,
         steps=sorted(state["steps"], key=lambda s: (s["turn"], s["round"], s["agent"])),
@@ -162,10 +176,8 @@ def run_episode(
         turns=len(state["assessments"]),
         wall_time_s=wall_time_s,
         assessments=state["assessments"],
-        token_budget=sampling.max_tokens * turns,
+        token_budget=team.sampling.max_tokens * team.turns,
     )
-    emit({"event": "episode_end", "episode_id": episode_id, "result": result})
-    return result
 
 
 def _run_graph(team: Team, db: Database, episode_id: int, emit: Callable[[Event], None]) -> dict:

@@ -83,7 +83,6 @@ class Sampling:
 
 
 GREEDY = Sampling(temperature=0.0, top_p=1.0)  # for evaluation
-MAX_TURNS = 4  # the most turns the Co-code/Co-write pages and a training run give an episode
 
 
 @dataclass

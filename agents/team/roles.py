@@ -50,6 +50,7 @@ SHAPES = (
 # `parallel`. No figure that claims cooperation is measured with it.
 SCAFFOLDED = "scaffolded"
 MAX_AGENTS = 4
+MAX_TURNS = 4  # the most turns the Co-code/Co-write pages and a training run give an episode
 
 CODE_FORMAT = (
     "Answer with one ```python code block. No tests, examples, asserts or print statements "
