@@ -466,13 +466,16 @@ def find_task(
     prompt: str | None = None,
     tests: str | None = None,
     sections: str | None = None,
+    free: bool = False,
 ) -> Task:
     """The task the CLI or UI asked for: a curated `problem` id, or a person's own `prompt`.
 
     Coding: `problem` is a HumanEval number; `prompt` is a signature with a docstring, `tests`
     its tests. Writing: `problem` is `xsum/<id>`, `abstracts/<id>` or `longform/<id>`; `prompt`
-    any request, made a long-form document when `sections` is given (one a line, `Heading:
-    brief`; an empty string takes the default outline).
+    any request, written as a sectioned document, a section per writer (the design the team
+    does best with): `sections` one a line (`Heading: brief`), or none or an empty string for
+    the default outline. `free` makes it a free-form request instead, its parts the roles
+    introduction, main body, example and conclusion (a named option, for comparison).
     """
     if (problem is None) == (prompt is None):
         raise TaskError("give either a problem id or a prompt of your own")
@@ -480,14 +483,14 @@ def find_task(
         raise TaskError("tests go with a coding problem of your own (--prompt)")
     if sections is not None and (kind != "writing" or prompt is None):
         raise TaskError("sections go with a writing request of your own (--prompt)")
+    if free and (kind != "writing" or prompt is None or sections is not None):
+        raise TaskError("free-form roles go with a writing request of your own, without sections")
     if kind == "coding":
         return humaneval_task(problem) if problem is not None else user_coding_task(prompt, tests)
     if kind == "writing":
         if problem is not None:
             return writing_task(problem)
-        if sections is not None:
-            return longform_prompt_task(prompt, sections)
-        return writing_prompt_task(prompt)
+        return writing_prompt_task(prompt) if free else longform_prompt_task(prompt, sections)
     raise TaskError(f"unknown task kind {kind!r}: coding or writing")
 
 

@@ -146,13 +146,16 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument(
         "--section",
         action="append",
-        nargs="?",
-        const="",
-        help="your own writing request becomes a long-form document with this section "
-        "('Heading: brief'); repeat for each; --section alone takes the default outline "
-        "(What it is, Where it came from, A surprising fact, Why it matters today, each later "
-        "one begun with its lead); the writers repeat each other least when each section's "
-        "brief says what it alone covers",
+        help="a section of your own writing request ('Heading: brief'), one writer's each; "
+        "repeat for each (default: What it is, Where it came from, A surprising fact, Why it "
+        "matters today, each later one begun with its lead); the writers repeat each other "
+        "least when each section's brief says what it alone covers",
+    )
+    p.add_argument(
+        "--free-roles",
+        action="store_true",
+        help="your own writing request without sections: the parts are an introduction, a main "
+        "body, an example and a conclusion (for comparison; the sections write better)",
     )
     p.add_argument(
         "--shape",
@@ -168,7 +171,12 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument("--greedy", action="store_true", help="greedy decoding (for evaluation)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
     p.add_argument("--top-p", type=float, help="nucleus sampling (default 0.95)")
-    p.add_argument("--max-tokens", type=int, default=256, help="per agent call (default 256)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        help="per agent call (default 256; a sectioned document 1536, each writer stopping at "
+        "what its sections need)",
+    )
     p.add_argument("--seed", type=int, help="sampling seed (agent i uses seed + i)")
     p.add_argument(
         "--adapter",

@@ -102,7 +102,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.serving.server import ServerError
     from agents.tasks import find_task
     from agents.team.graph import GREEDY, Sampling
-    from agents.team.roles import load_prompts
+    from agents.team.roles import default_max_tokens, load_prompts
     from app.commands_serve import allow_weak_sandbox
     from learner.episode import EpisodeSetup, ScoringError, play
     from learner.registry import RegistryError
@@ -116,7 +116,12 @@ def cmd_episode(args: argparse.Namespace) -> int:
         tests = Path(args.tests_file).read_text() if args.tests_file else None
         sections = "\n".join(args.section) if args.section is not None else None
         task = find_task(
-            args.task, problem=args.problem, prompt=prompt, tests=tests, sections=sections
+            args.task,
+            problem=args.problem,
+            prompt=prompt,
+            tests=tests,
+            sections=sections,
+            free=args.free_roles,
         )
         adapters = {}
         for item in args.adapter:
@@ -128,7 +133,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
         sampling = Sampling(
             temperature=base.temperature if args.temperature is None else args.temperature,
             top_p=base.top_p if args.top_p is None else args.top_p,
-            max_tokens=args.max_tokens,
+            max_tokens=args.max_tokens or default_max_tokens(task),
             seed=args.seed,
         )
         prompts = load_prompts(args.roles_file) if args.roles_file else None

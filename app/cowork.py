@@ -37,6 +37,7 @@ from app.cowork_choices import (
     problem_choices,
     resolve_adapters,
     role_layout,
+    source_max_tokens,
     task_preview,
 )
 from app.cowork_results import ResultsArea
@@ -58,7 +59,7 @@ class CoworkTab:
     # -- layout ----------------------------------------------------------------------------
     def build(self) -> None:
         sources = SOURCES[self.kind]
-        first = sources[0][1]
+        first = self.first_source = sources[0][1]
         with gr.Row():
             with gr.Column(scale=3):
                 self.source = gr.Radio(
@@ -126,13 +127,14 @@ class CoworkTab:
             )
             self.tests = gr.State("")
             self.sections = gr.Textbox(
-                EXAMPLE_SECTIONS,
-                label="Sections, one a line (Heading: what it alone covers); empty: "
-                "the default outline (What it is, Where it came from, A surprising "
-                "fact, Why it matters today)",
+                "",
+                placeholder=EXAMPLE_SECTIONS,
+                label="Sections, optional: one a line (Heading: what it alone covers), a "
+                "writer's each; empty: What it is, Where it came from, A surprising fact, Why it "
+                "matters today",
                 lines=4,
                 max_lines=8,
-                visible=False,
+                visible=self.first_source == "own_longform",
                 elem_id=self.id("sections"),
             )
 
@@ -158,8 +160,8 @@ class CoworkTab:
             )
             self.max_tokens = gr.Slider(
                 32,
-                1024,
-                value=256,
+                2048,
+                value=source_max_tokens(self.kind, self.first_source),
                 step=32,
                 label="Tokens per agent call",
                 elem_id=self.id("max-tokens"),
@@ -224,7 +226,7 @@ class CoworkTab:
     # -- events ----------------------------------------------------------------------------
     def wire(self) -> None:
         boxes = [self.problem, self.preview, self.prompt]
-        boxes.append(self.tests if self.code else self.sections)
+        boxes += [self.tests if self.code else self.sections, self.max_tokens]
         self.source.change(self.choose_source, self.source, boxes, show_progress="hidden").then(
             self.refresh_roles, self.roles_inputs(), self.roles_outputs(), show_progress="hidden"
         )
@@ -279,7 +281,8 @@ class CoworkTab:
         return [self.role_names, *self.role_texts]
 
     def choose_source(self, source: str):
-        """Show the list of curated tasks, or the boxes for one's own."""
+        """Show the list of curated tasks, or the boxes for one's own; set the tokens per call
+        the source starts with."""
         curated = source in CURATED
         updates = [
             gr.update(
@@ -292,6 +295,8 @@ class CoworkTab:
             updates.append(gr.update(visible=not curated))
         else:
             updates.append(gr.update(visible=source == "own_longform"))
+        # a sectioned document starts with tokens enough for every writer's share
+        updates.append(gr.update(value=source_max_tokens(self.kind, source)))
         return updates
 
     def show_problem(self, problem: str | None):

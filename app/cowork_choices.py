@@ -22,7 +22,7 @@ from agents.tasks import (
     xsum_tasks,
 )
 from agents.team.episode import size_from_setting
-from agents.team.roles import role_names
+from agents.team.roles import default_max_tokens, role_names
 from app.context import AppContext
 from learner.registry import adapter_name, ensure_loaded, load_version
 
@@ -37,11 +37,11 @@ SHAPE_LABELS = {
 }
 SOURCES = {
     "writing": [
-        ("Your own request", "free"),
+        ("Your own request, a section per writer", "own_longform"),
         ("Summarize a news article (XSum)", "xsum"),
         ("Write an abstract for a paper title", "abstracts"),
         ("Write a 4-section article (Wikipedia outline)", "longform"),
-        ("Your own article, section by section", "own_longform"),
+        ("Your own request, free-form parts (introduction, body, …; to compare)", "free"),
     ],
     "coding": [
         ("A HumanEval problem", "humaneval"),
@@ -49,6 +49,7 @@ SOURCES = {
     ],
 }
 CURATED = {"humaneval", "xsum", "abstracts", "longform"}
+# shown in the empty sections box: how a person's own sections are written
 EXAMPLE_SECTIONS = """Introduction: what a test is and why it matters
 Costs: the time tests take to write and run
 Benefits: bugs caught early, safer changes, a worked example
@@ -113,11 +114,18 @@ def chosen_task(
             f"the tests have {len(tests):,} characters; the limit is {4 * MAX_PROMPT_CHARS:,}"
         )
     outline = (sections or "") if source == "own_longform" else None
-    task = find_task(kind, prompt=prompt, tests=tests, sections=outline)
+    free = kind == "writing" and source == "free"
+    task = find_task(kind, prompt=prompt, tests=tests, sections=outline, free=free)
     # the same text is the same task: two teams' answers to it can be compared (A/B, scores)
     own = f"{task.tests or ''}\0{task.extra.get('outline', '')}"
     digest = hashlib.sha256(f"{task.kind}\0{task.prompt}\0{own}".encode()).hexdigest()
     return replace(task, source_id=f"sha256:{digest[:16]}")
+
+
+def source_max_tokens(kind: str, source: str) -> int:
+    """The tokens per agent call a task source starts with (`default_max_tokens` of its form)."""
+    form = "longform" if source in ("longform", "own_longform") else kind
+    return default_max_tokens(Task(kind=kind, form=form, prompt="", source=source))
 
 
 def task_preview(kind: str, problem: str | None) -> str:

@@ -113,7 +113,11 @@ def test_writing_sets_are_curated_and_have_references():
 
 def test_find_task_takes_one_source():
     assert find_task("coding", problem="3").source_id == "HumanEval/3"
-    assert find_task("writing", prompt="Write a haiku about rain.").form == "free"
+    # a person's own request is written a section per writer; free-form roles on request
+    assert find_task("writing", prompt="Write a haiku about rain.").form == "longform"
+    assert find_task("writing", prompt="Write a haiku about rain.", free=True).form == "free"
+    with pytest.raises(TaskError, match="free-form roles"):
+        find_task("writing", prompt="Tides", sections="A\nB", free=True)
     user = find_task("coding", prompt="def f(x):\n    '''x'''\n", tests="assert f(1) == 1")
     assert user.source == "user" and user.tests
     with pytest.raises(TaskError, match="either"):

@@ -506,3 +506,23 @@ def test_wrong_admin_passwords_back_off_then_lock_the_address_out(ctx, monkeypat
     assert admin.login.log_in("s3cret", attacker)[0] is True
     failures = [r for r in caplog.records if "admin login failed from 10.0.0.9" in r.getMessage()]
     assert len(failures) == app.admin_login.MAX_LOGIN_FAILURES
+
+
+def test_a_plain_request_is_written_a_section_per_writer_with_tokens_to_finish():
+    """The Co-write page's first choice is a person's own request written as sections, a
+    writer's each (the default outline when the sections box is empty); free-form parts are a
+    named option; a sectioned document starts with tokens enough for every writer's share."""
+    from agents.tasks import DEFAULT_OUTLINE
+    from agents.team.roles import LONGFORM_MAX_TOKENS, team_roles, token_share
+    from app.cowork_choices import SOURCES, source_max_tokens
+
+    assert SOURCES["writing"][0][1] == "own_longform"
+    task = chosen_task("writing", "own_longform", None, "How ocean tides work", "", "")
+    assert task.form == "longform"
+    assert [s["heading"] for s in task.extra["outline"]] == [h for h, _, _ in DEFAULT_OUTLINE]
+    assert chosen_task("writing", "free", None, "How ocean tides work", "").form == "free"
+    assert source_max_tokens("writing", "own_longform") == LONGFORM_MAX_TOKENS
+    assert source_max_tokens("coding", "humaneval") == source_max_tokens("writing", "xsum") == 256
+    for shape, size in (("single", 1), ("parallel", 2), ("parallel", 4)):
+        shares = [token_share(r) for r in team_roles(task, shape, size, None)]
+        assert max(shares) <= LONGFORM_MAX_TOKENS  # no writer is cut off before its share

@@ -43,6 +43,7 @@ from agents.team.feedback import Assessment, CodeChecker, assess_code, assess_wr
 from agents.team.outline import assemble, document_sections, outline_of, writer_stop
 from agents.team.result import Step
 from agents.team.roles import (
+    DEFAULT_MAX_TOKENS,
     FEEDBACK,
     NO_FEEDBACK,
     OWN_DRAFT,
@@ -74,7 +75,7 @@ class Sampling:
 
     temperature: float = 0.8
     top_p: float = 0.95
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int | None = None  # with a seed, agent i samples with seed + i
     logprobs: bool = False  # return token ids and sampling log-probabilities (for the learner)
     # > 1 discourages repeating what is already in the context (the model card's value is 1.1);

@@ -497,9 +497,20 @@ def stop_strings(headings: list[str]) -> tuple[str, ...]:
 # English prose is about 1.3 tokens a word in Qwen's tokenizer (a writer's lower bound of words
 # in tokens); a long-form writer's share of tokens per word of its upper target adds a margin,
 # plus a heading line per section.
+# The tokens an agent call may take unless a person says otherwise, for a long-form document:
+# each writer stops at its own share (`token_share`), so this only has to let the longest share
+# finish, single's whole document at the default 600 words (1,504); teams and single get the same.
+LONGFORM_MAX_TOKENS = 1536
+DEFAULT_MAX_TOKENS = 256  # a function, a summary, a free-form part
 PROSE_TOKENS_PER_WORD = 1.3
 TOKENS_PER_WORD = 1.6
 HEADING_TOKENS = 16
+
+
+def default_max_tokens(task: Task) -> int:
+    """The tokens an agent call may take unless a person says otherwise: 256, and for a
+    long-form document `LONGFORM_MAX_TOKENS` (each writer stops at its own share)."""
+    return LONGFORM_MAX_TOKENS if task.form == "longform" else DEFAULT_MAX_TOKENS
 
 
 def token_share(role: Role) -> int | None:
