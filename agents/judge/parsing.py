@@ -28,15 +28,21 @@ TRIES = 3
 def parse(source: str) -> ast.Module:
     """`ast.parse(source)`, one thread at a time (raises SyntaxError as it does)."""
     with _ONE_AT_A_TIME:
-        for attempt in range(TRIES):
-            collecting = gc.isenabled()
-            gc.disable()
+        for _ in range(TRIES - 1):
             try:
-                return ast.parse(source)
+                return _parse_uncollected(source)
             except SystemError as e:
-                if "recursion depth mismatch" not in str(e) or attempt == TRIES - 1:
+                if "recursion depth mismatch" not in str(e):
                     raise
-            finally:
-                if collecting:
-                    gc.enable()
-    raise AssertionError("unreachable")
+        return _parse_uncollected(source)  # the last try: its error is the caller's
+
+
+def _parse_uncollected(source: str) -> ast.Module:
+    """`ast.parse` with the garbage collector paused (no finalizer runs in the middle)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if collecting:
+            gc.enable()
