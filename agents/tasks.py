@@ -64,7 +64,7 @@ LONGFORM_WORDS = (400, 800)  # a long-form document's length bounds; the default
 # a different kind of text, and each but the first has a lead, the words its writer's reply
 # begins with (`agents.team.outline.section_opening`): with briefs alone (Introduction, Background,
 # Main points, Conclusion) every writer of the 0.5B team opened with its own definition of the
-# subject and all 12 held-out documents were wholly redundant (docs/EVALUATION.md).
+# subject and all 12 held-out documents were wholly redundant (docs/runs/evaluation-log.md).
 DEFAULT_OUTLINE = (  # (heading, brief, lead)
     (
         "What it is",

@@ -38,13 +38,13 @@ answered before and after.
     property second-person  it speaks to its reader ("you", "your")
     property opens-with-the its first word is "The" (what happened, not a name): in about a
                             quarter of the untrained team's summaries, and the writing verdict
-                            passes those as often as the others (docs/TRAINING.md)
+                            passes those as often as the others (docs/runs/training-log.md)
 
 Measured on the first --held-out problems of the task set's held-out split: how often the
 team's answer has the property, and pass@1 (coding: every test assert passes, run in the
 sandbox; writing: the environment's success, as `coteam eval` counts it), before (the base
 model) and after (the run's candidates). With --samples 1 one greedy answer per prompt; with
-more, that many answers sampled at T = 0.8 (unseeded, as every run in docs/TRAINING.md) and the
+more, that many answers sampled at T = 0.8 (unseeded, as every run in docs/runs/training-log.md) and the
 per-prompt rates. Each comparison is a sign test over the prompts whose rate changed (exact
 McNemar for greedy answers). Each arm also reports what its retrain gave the update: the groups
 whose samples differ in the property, and the preference term's gap there.

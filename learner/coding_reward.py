@@ -160,7 +160,7 @@ def helper_call(entry_code: str, entry_point: str, helper: str) -> float:
     changes nothing the tests check (`return result if result else []` in 32 of 32 held-out
     answers; then `return result if result != f else f`, a recursive fallback, an argument
     fallback). A helper that does all the work is paid for by the speed term instead: the
-    critical path is then as long as a single agent's (docs/TRAINING.md, runs 2 and 3)."""
+    critical path is then as long as a single agent's (docs/runs/training-log.md, runs 2 and 3)."""
     try:
         function = _function(parse(entry_code), entry_point)
     except SyntaxError:

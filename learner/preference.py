@@ -10,7 +10,7 @@ when present: a word both outputs of a pair have cancels in their difference, wh
 lengths), and every new rollout is scored by it. The words rank a taste in code far better than
 the embedding alone (AUC 0.83-0.96 against 0.47-0.66 on stored programs, `bench/preference.py`);
 as presence rather than unit-length counts they rank it better still, in code and in writing
-(docs/TRAINING.md, "The words as presence").
+(docs/runs/training-log.md, "The words as presence").
 
     pairs    P(a ≻ b) = σ(s(a) − s(b))    A/B votes (a tie: ½), edited ≻ original,
                                           and score/thumbs-rated outputs of the same task

@@ -17,7 +17,7 @@ finished answers (at most `CANDIDATES`), and skips a task whose answers are all 
 - otherwise (no ratings yet, or a model that tells the candidates apart by less) the two the
   sentence-embedding model finds least alike.
 
-Measured for one taste (docs/TRAINING.md, "Pairs the preference model picks";
+Measured for one taste (docs/runs/training-log.md, "Pairs the preference model picks";
 `bench/rating_pairs.py`): of 50 votes over the same 8 sampled summaries a task, 27-31 were
 decisive with the model's pairs against 17 with the least-alike pair, 14 with the first two
 sampled and 15-20 with a random pair (38 tasks had a decisive pair at all); for a taste in code

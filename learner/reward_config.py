@@ -18,16 +18,16 @@ class RewardWeights:
     scored otherwise): 0.8, so inside a set of samples the tests scored alike the preference
     outweighs what a comment or a docstring costs in speed, while it moves no advantage between
     outcomes (when it was a share of R itself, (1 − human)·R + human·h, it outvoted the tests:
-    pass@1 −17 to −24 points in retrains, docs/TRAINING.md); an added term, so it may exceed 1
+    pass@1 −17 to −24 points in retrains, docs/runs/training-log.md); an added term, so it may exceed 1
     (2.0 taught a writing taste no more than 0.8: the cap binds the push in more groups,
-    docs/TRAINING.md, "The writing verdict as the outcome"). Coin-flip votes must not move the
+    docs/runs/training-log.md, "The writing verdict as the outcome"). Coin-flip votes must not move the
     team, so the weight grows with the evidence: the preference model's cross-validated skill
     (`learner.preference.cross_validate`: 0 chance, 1 every held-out vote predicted) times
     human / `human_full_skill`, capped at `human` (`PreferenceModel.blend_weight`). 0.1: coin
     flips on 50 co-written summaries fit a median of 0.004 and at most 0.061 in 20 vote sets
-    (docs/TRAINING.md, "Coin flips at 50 votes"), while a writing taste of which 50 A/B votes
+    (docs/runs/training-log.md, "Coin flips at 50 votes"), while a writing taste of which 50 A/B votes
     carry 13-16 fits 0.06-0.19; at 0.25 such a taste got a quarter to three quarters of the
-    weight and taught the team +0.4 to +16 points, at full weight +25 (docs/TRAINING.md, "Full
+    weight and taught the team +0.4 to +16 points, at full weight +25 (docs/runs/training-log.md, "Full
     weight from a skill of 0.1").
     Coding points (the MAGRPO authors' levels): `helper_defined`, `entry_defined`, `parses`,
     `tests` (times the fraction of asserts passed); quality = points earned / points possible.
@@ -40,7 +40,7 @@ class RewardWeights:
     length and reference scores. Without it a failing summary scored within a few hundredths
     of a passing one (median +0.045 in R over 15 groups of a retrain, and below it in 2), so
     the reward hardly paid for the pass, and the preference, which may move a sample only half
-    its distance to a sample of the other verdict, could hardly move (docs/TRAINING.md, "The
+    its distance to a sample of the other verdict, could hardly move (docs/runs/training-log.md, "The
     verdict in the writing reward").
     """
 

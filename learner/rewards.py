@@ -89,7 +89,7 @@ def blend_human(
     passing and failing samples, and a program that passes more tests stays above one that
     passes fewer however much people like the latter. (A preference blended into R itself,
     (1 − w)·R + w·h, outvoted the tests: pass@1 −17 to −24 points in retrains,
-    docs/TRAINING.md.)"""
+    docs/runs/training-log.md.)"""
     if not len(auto) == len(liked) == len(outcomes):
         raise ValueError(f"{len(liked)} preferences, {len(outcomes)} outcomes, {len(auto)} rewards")
     if any(not 0 <= h <= 1 for h in liked):

@@ -29,10 +29,10 @@ def test_bench_script_prints_its_usage(script: Path):
 
 
 def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Path):
-    """The figures docs/TRAINING.md quotes are re-read from their JSON: each run's report (the
+    """The figures docs/runs/training-log.md quotes are re-read from their JSON: each run's report (the
     rater against the control where a run has both arms) and one plot with a group of bars per
     run (coding and writing raters together)."""
-    docs = BENCH.parent / "docs" / "training"
+    docs = BENCH.parent / "docs" / "runs" / "training"
     runs = sorted(docs.glob("ratings-arms-*.json")) + sorted(docs.glob("ratings-summary-*.json"))
     assert len(runs) >= 4
     png = tmp_path / "runs.png"
@@ -66,7 +66,7 @@ def test_the_ratings_experiments_in_the_docs_report_and_plot_again(tmp_path: Pat
 def test_replotting_a_file_from_before_the_arms_says_so():
     """The first experiments wrote one rater a file (no `before`, no `arms`); replotting one
     names it instead of failing on a missing key."""
-    first = BENCH.parent / "docs" / "training" / "ratings-typed-50.json"
+    first = BENCH.parent / "docs" / "runs" / "training" / "ratings-typed-50.json"
     assert "arms" not in json.loads(first.read_text())
     done = subprocess.run(
         [sys.executable, str(BENCH / "ratings.py"), "--replot", str(first)],

@@ -490,7 +490,7 @@ def test_ratings_never_lift_writing_the_environment_failed_above_writing_it_pass
     The preference reorders the passing samples and the failing ones, each among themselves, and
     changes no order between a passing and a failing one (it did when the whole group was one
     set: a retrain on 50 votes then cost the pass rate 17.5 points against the control's,
-    docs/TRAINING.md)."""
+    docs/runs/training-log.md)."""
     facts = " ".join([FACT] * 5)
     team = functools.partial(summary_team, db_path=tmp_path / "coteam.db")
     short = "Cracks were found."

@@ -58,7 +58,7 @@ def cpu_has_bf16() -> bool:
 def machine() -> str:
     """This machine in a few words, for the times a report gives: a team's wall time against
     single's depends on it (on 2 cores with native bf16, 4 requests decode side by side at 0.88×
-    one alone; without it vLLM serves float32 and 8 get 0.4× each: docs/EVALUATION.md). With
+    one alone; without it vLLM serves float32 and 8 get 0.4× each: docs/runs/evaluation-log.md). With
     --vllm-url the server may be another machine."""
     if has_nvidia_gpu():
         names = subprocess.run(

@@ -5,7 +5,7 @@ The contract is made by the environment from the task (no planning call: nothing
 to count): every role's function, signature and one-line purpose, the agent's own part, the
 teammates' functions as stubs, and the opening of each agent's reply (its own function's head),
 which the model continues. A small model completes the code it is shown rather than following
-instructions, so what it is shown decides the division of labour (docs/EVALUATION.md).
+instructions, so what it is shown decides the division of labour (docs/runs/evaluation-log.md).
 """
 
 from __future__ import annotations

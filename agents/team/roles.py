@@ -66,7 +66,7 @@ PROMPTS: dict[str, str] = {
     ),
     # the helper author is asked as a single programmer is: with the team-role wording the
     # scaffolded untrained team passed 20 of 32 held-out problems, with this one 25 (single: 26;
-    # docs/EVALUATION.md)
+    # docs/runs/evaluation-log.md)
     "helper": (
         "You are an expert Python programmer. Complete the function `aux` for the problem "
         "below. Write the whole function, with any imports or helper functions it needs. You "

