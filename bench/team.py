@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agents.serving.models import DEFAULT_MODEL  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.tasks import humaneval_task  # noqa: E402
-from agents.team.graph import Sampling, run_episode  # noqa: E402
+from agents.team.episode import run_episode  # noqa: E402
+from agents.team.graph import Sampling  # noqa: E402
 
 SHAPES = {"single": 1, "parallel": 2}
 
