@@ -19,6 +19,7 @@ import pytest
 import store
 from agents.serving.models import model_provenance
 from agents.serving.server import free_port
+from agents.tasks import DEFAULT_OUTLINE
 from learner.registry import CARD, SHIPPED
 from tests.conftest import adapters_as_found
 
@@ -208,18 +209,24 @@ def test_co_write_episode_with_a_prompt_of_ones_own(app, page):
     page.locator("#cowrite-run").click()
     expect(page.locator("#cowrite-status")).to_contain_text("the limit is 8,000")
 
-    page.locator("#cowrite-prompt textarea").fill("Why every program deserves tests.")
-    set_number(page, "cowrite-max-tokens", 96)
+    # the first choice: a plain request written a section per writer, at the default tokens
+    expect(page.locator("#cowrite-sections")).to_be_visible()
+    page.locator("#cowrite-size label", has_text="4").click()
+    page.locator("#cowrite-prompt textarea").fill("A 4-section explainer of how ocean tides work")
     page.locator("#cowrite-run").click()
     status = wait_for_episode(page, "cowrite")
-    assert "✗" not in status, status
+    assert "✗" not in status and "token limit" not in status, status  # no writer cut off
     result = page.locator("#cowrite-result textarea").input_value()
-    assert len(result.split()) > 10
+    headings = [h for h, _, _ in DEFAULT_OUTLINE]
+    assert [line.removeprefix("## ") for line in result.splitlines() if line.startswith("## ")] == (
+        headings
+    )  # each writer's part under its own heading, in order, each once
     expect(page.locator("#cowrite-rating-panel")).to_be_visible()
     screenshot(page, "co-write")
     with store.open_db(app.db) as db:
         episode = store.get_episode(db, episode_id_in(status))
     assert episode["task"]["kind"] == "writing" and episode["final_output"] == result
+    assert episode["task"]["metadata"]["form"] == "longform" and len(episode["roles"]) == 4
 
 
 def test_ab_mode_runs_two_teams_side_by_side_and_records_the_vote(app, page):
