@@ -82,7 +82,7 @@ def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dic
     if args.base:
         return named
     from agents.serving.models import resolve_model
-    from agents.team.episode import team_size
+    from agents.team.roles import team_size
     from app.commands_serve import start_with_shipped
     from learner.registry import ensure_loaded
     from store import open_db
@@ -133,7 +133,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
         sampling = Sampling(
             temperature=base.temperature if args.temperature is None else args.temperature,
             top_p=base.top_p if args.top_p is None else args.top_p,
-            max_tokens=args.max_tokens or default_max_tokens(task),
+            max_tokens=args.max_tokens or default_max_tokens(task.form),
             seed=args.seed,
         )
         prompts = load_prompts(args.roles_file) if args.roles_file else None

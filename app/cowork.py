@@ -18,9 +18,8 @@ from dataclasses import replace
 
 import gradio as gr
 
-from agents.team.episode import size_from_setting
 from agents.team.graph import Sampling
-from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES
+from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES, size_from_setting
 from app.context import AppContext
 from app.cowork_choices import (
     AB,

@@ -21,8 +21,7 @@ from agents.tasks import (
     longform_tasks,
     xsum_tasks,
 )
-from agents.team.episode import size_from_setting
-from agents.team.roles import default_max_tokens, role_names
+from agents.team.roles import default_max_tokens, role_names, size_from_setting
 from app.context import AppContext
 from learner.registry import adapter_name, ensure_loaded, load_version
 
@@ -124,8 +123,7 @@ def chosen_task(
 
 def source_max_tokens(kind: str, source: str) -> int:
     """The tokens per agent call a task source starts with (`default_max_tokens` of its form)."""
-    form = "longform" if source in ("longform", "own_longform") else kind
-    return default_max_tokens(Task(kind=kind, form=form, prompt="", source=source))
+    return default_max_tokens("longform" if source in ("longform", "own_longform") else kind)
 
 
 def task_preview(kind: str, problem: str | None) -> str:

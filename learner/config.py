@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, get_args
 
 from agents.tasks import TaskSet
-from agents.team.roles import MAX_TURNS, SHAPES
+from agents.team.roles import DEFAULT_MAX_TOKENS, MAX_TURNS, SHAPES, size_from_setting
 from learner.flags import flag
 from learner.reward_config import RewardWeights, SpeedBudget
 
@@ -257,7 +257,7 @@ class EvalConfig:
     variants: dict[str, tuple[str | None, ...]] = field(
         default_factory=lambda: {BASE_VARIANT: ()}
     )  # name -> adapter of agent 0, 1, ... (missing or None: the base model); `--adapters`
-    max_tokens: int = field(default=256, metadata=flag("tokens per agent call"))
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=flag("tokens per agent call"))
     temperature: float = 0.8  # for K > 1 (the reference baselines' sampling)
     top_p: float = 0.95
     repetition_penalty: float = field(
@@ -339,5 +339,4 @@ class EvalConfig:
         return tasks * len(self.variants) * len(self.shapes) * self.samples
 
     def team_size(self, shape: str) -> int:
-        """The size of `shape`'s team: `agents`, and 1 for `single`."""
-        return 1 if shape == "single" else self.agents
+        return size_from_setting(shape, self.agents)

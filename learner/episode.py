@@ -16,11 +16,11 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from agents.tasks import Task
-from agents.team.episode import run_episode, run_group, team_adapters, team_size
+from agents.team.episode import run_episode, run_group, team_adapters
 from agents.team.feedback import checker_for
 from agents.team.graph import Event, Policy, Sampling
 from agents.team.result import EpisodeResult
-from agents.team.roles import Role, team_roles
+from agents.team.roles import Role, team_roles, team_size
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import Scored, score_group, store_scored
 

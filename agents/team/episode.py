@@ -24,19 +24,7 @@ from agents.tasks import Task, save_task
 from agents.team.feedback import CodeChecker, parse_check
 from agents.team.graph import Event, Policy, Sampling, Team, build_graph, initial_state
 from agents.team.result import EpisodeResult
-from agents.team.roles import team_roles
-
-
-def team_size(shape: str, agents: int | str | None = None) -> int:
-    """The team's size: `agents` when given (`role_names` refuses a size the shape cannot
-    have), else 1 for `single` and 2 for the other shapes."""
-    return int(agents) if agents is not None else (1 if shape == "single" else 2)
-
-
-def size_from_setting(shape: str, size: int | str) -> int:
-    """The size a team-size setting (the page's, `coteam eval --agents`) gives `shape`: the
-    setting is for the team shapes, so `single` stays one agent."""
-    return team_size(shape, None if shape == "single" else size)
+from agents.team.roles import team_roles, team_size
 
 
 def make_team(

@@ -507,10 +507,22 @@ TOKENS_PER_WORD = 1.6
 HEADING_TOKENS = 16
 
 
-def default_max_tokens(task: Task) -> int:
-    """The tokens an agent call may take unless a person says otherwise: 256, and for a
-    long-form document `LONGFORM_MAX_TOKENS` (each writer stops at its own share)."""
-    return LONGFORM_MAX_TOKENS if task.form == "longform" else DEFAULT_MAX_TOKENS
+def team_size(shape: str, agents: int | str | None = None) -> int:
+    """The team's size: `agents` when given (`role_names` refuses a size the shape cannot
+    have), else 1 for `single` and 2 for the other shapes."""
+    return int(agents) if agents is not None else (1 if shape == "single" else 2)
+
+
+def size_from_setting(shape: str, size: int | str) -> int:
+    """The size a team-size setting (the page's, `coteam eval --agents`) gives `shape`: the
+    setting is for the team shapes, so `single` stays one agent."""
+    return team_size(shape, None if shape == "single" else size)
+
+
+def default_max_tokens(form: str) -> int:
+    """The tokens an agent call may take unless a person says otherwise, by task form: 256, and
+    for a long-form document `LONGFORM_MAX_TOKENS` (each writer stops at its own share)."""
+    return LONGFORM_MAX_TOKENS if form == "longform" else DEFAULT_MAX_TOKENS
 
 
 def token_share(role: Role) -> int | None:
