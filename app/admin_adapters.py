@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import store  # noqa: E402
+from agents.team.roles import MAX_AGENTS  # noqa: E402
 from app.admin_login import PRIVATE, require  # noqa: E402
 from app.admin_training import runs_table  # noqa: E402
 from app.context import AppContext  # noqa: E402
@@ -21,6 +22,7 @@ ADAPTER_COLUMNS = [
     "adapter",
     "agent",
     "version",
+    "work",
     "state",
     "parent",
     "created",
@@ -28,6 +30,14 @@ ADAPTER_COLUMNS = [
     "held-out score",
     "training run",
     "source",
+]
+
+
+# the rollback dropdown: (label, "AGENT:KIND"), agents as the page numbers them
+ROLLBACK_CHOICES = [
+    (f"agent {agent + 1}, {kind}", f"{agent}:{kind}")
+    for agent in range(MAX_AGENTS)
+    for kind in store.WORK_KINDS
 ]
 
 
@@ -40,8 +50,9 @@ def adapters_table(ctx: AppContext) -> dict:
         rows.append(
             [
                 adapter_name(r["agent"], r["version"]),
-                r["agent"],
+                r["agent"] + 1,
                 r["version"],
+                r["kind"],
                 r["state"],
                 f"v{r['parent_version']}" if r["parent_version"] else "base",
                 r["created_at"][:16].replace("T", " "),
@@ -93,7 +104,8 @@ def version_curve(ctx: AppContext):
         train = [r["metrics"].get("train_reward") for r in mine]
         points = [(v, s) for v, s in zip(versions, held_out, strict=True) if s is not None]
         if points:
-            ax.plot(*zip(*points, strict=True), marker="o", label=f"agent {agent}: held-out (gate)")
+            label = f"agent {agent + 1}: held-out (gate)"
+            ax.plot(*zip(*points, strict=True), marker="o", label=label)
         points = [(v, s) for v, s in zip(versions, train, strict=True) if s is not None]
         if points:
             ax.plot(
@@ -101,7 +113,7 @@ def version_curve(ctx: AppContext):
                 ls="--",
                 marker=".",
                 alpha=0.6,
-                label=f"agent {agent}: training reward",
+                label=f"agent {agent + 1}: training reward",
             )
     if registered:
         ax.legend(loc="best", fontsize=8)
@@ -167,7 +179,10 @@ class AdaptersPanel:
             )
             self.promote = gr.Button("Promote", elem_id="admin-promote")
             self.rollback_pick = gr.Dropdown(
-                [0, 1, 2, 3], value=0, label="Agent to roll back", elem_id="admin-rollback-pick"
+                ROLLBACK_CHOICES,
+                value=ROLLBACK_CHOICES[0][1],
+                label="Agent to roll back (each kind of work has its own versions)",
+                elem_id="admin-rollback-pick",
             )
             self.rollback = gr.Button("Roll back", elem_id="admin-rollback")
         self.registry_msg = gr.Markdown(elem_id="admin-registry-msg")
@@ -206,17 +221,20 @@ class AdaptersPanel:
             return [f"⚠ Not promoted: {e}", *[gr.skip()] * 6]
         gr.Info(f"{name} is serving")
         return [
-            f"✓ {name} is active: new episodes of agent {agent} use it.",
+            f"✓ {name} is active: agent {agent + 1}'s new episodes of its kind of work use it.",
             *dashboard_values(self.ctx),
         ]
 
-    def rollback_agent(self, admin_ok: bool, agent):
+    def rollback_agent(self, admin_ok: bool, pick: str):
+        """`pick`: "AGENT:KIND", agent numbered from 0 (`ROLLBACK_CHOICES`)."""
         require(admin_ok)
+        agent, kind = int(pick.split(":")[0]), pick.split(":")[1]
         try:
             with store.open_db(self.ctx.db_path) as db:
-                row = rollback(db, self.ctx.client, int(agent))
+                row = rollback(db, self.ctx.client, agent, kind)
         except Exception as e:
             return [f"⚠ Not rolled back: {e}", *[gr.skip()] * 6]
-        now = adapter_name(int(agent), row["version"]) if row else "the base model"
-        gr.Info(f"Agent {agent} rolled back")
-        return [f"✓ Agent {agent} rolled back: it now serves {now}.", *dashboard_values(self.ctx)]
+        now = adapter_name(agent, row["version"]) if row else "the base model"
+        said = f"Agent {agent + 1} ({kind}) rolled back"
+        gr.Info(said)
+        return [f"✓ {said}: it now serves {now}.", *dashboard_values(self.ctx)]

@@ -29,7 +29,7 @@ def learner_status(ctx: AppContext) -> tuple[str, str]:
         since = runs[0]["started_at"] if runs else ""
         new_ratings = store.count_ratings(db, since)
         episodes = store.count_episodes(db)
-        serving = serving_adapters(db, ctx.max_agents)
+        serving = {kind: serving_adapters(db, ctx.max_agents, kind) for kind in store.WORK_KINDS}
     run = runs[0] if runs else None
     lines = []
     if ctx.learner is None:
@@ -50,8 +50,11 @@ def learner_status(ctx: AppContext) -> tuple[str, str]:
             gate = run["metrics"]["gate"]
             verdict = "promoted" if run["metrics"].get("promoted") else "not promoted"
             lines.append(f"**Gate:** {describe_gate(gate)}: {verdict}")
-    names = [n for n in serving if n]
-    lines.append(f"**Serving:** {', '.join(names) if names else 'the base model for every agent'}")
+    for kind, names in serving.items():
+        names = [n for n in names if n]
+        lines.append(
+            f"**Serving {kind}:** {', '.join(names) if names else 'the base model for every agent'}"
+        )
     lines.append(
         f"**Since the last run:** {new_ratings} new rating(s) · {episodes} episode(s) in all"
     )

@@ -183,7 +183,7 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         action="append",
         default=[],
         metavar="AGENT=NAME",
-        help="serve agent AGENT with the adapter NAME, e.g. 0=agent0-v3 (repeatable; default: "
+        help="serve agent AGENT (from 1) with the adapter NAME, e.g. 1=agent1-v3 (repeatable; default: "
         "each agent's serving version in the database, as in the app; a new installation first "
         "registers the shipped trained team)",
     )
@@ -258,8 +258,16 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
         help="list, promote or roll back the agents' adapter versions, or ship the active team",
     )
     p.add_argument("action", choices=["list", "promote", "rollback", "ship"])
-    p.add_argument("--agent", type=int, help="agent index (0, 1, ...)")
+    p.add_argument(
+        "--agent", type=int, choices=range(1, 5), help="agent number (1, 2, ...), as on the page"
+    )
     p.add_argument("--version", type=int, help="version to promote")
+    p.add_argument(
+        "--kind",
+        choices=["coding", "writing"],
+        default="coding",
+        help="rollback, ship: the kind of work whose versions (each kind has its own active one)",
+    )
     p.add_argument("--json", action="store_true", help="list: one JSON object per version")
     p.add_argument("--vllm-url", help="also load the version into this running server")
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")

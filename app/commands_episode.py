@@ -54,12 +54,12 @@ class EpisodePrinter:
             self.write(f"\n== turn {event['turn'] + 1}: {verdict}\n")
             for agent, note in enumerate(event["feedback"]):
                 if note and not event["done"]:
-                    self.write(f"   feedback to agent {agent}: {note}\n")
+                    self.write(f"   feedback to agent {agent + 1}: {note}\n")
 
     def header(self, key: tuple) -> None:
         turn, round_, agent = key
         revision = " revision" if round_ else ""
-        self.write(f"\n--- agent {agent} ({self.roles[agent]}), turn {turn + 1}{revision}\n")
+        self.write(f"\n--- agent {agent + 1} ({self.roles[agent]}), turn {turn + 1}{revision}\n")
 
     def write(self, text: str) -> None:
         self.out.write(text)
@@ -124,11 +124,11 @@ def cmd_episode(args: argparse.Namespace) -> int:
             free=args.free_roles,
         )
         adapters = {}
-        for item in args.adapter:
+        for item in args.adapter:  # agents numbered from 1, as on the page and in the names
             agent, _, name = item.partition("=")
-            if not agent.isdigit() or not name:
-                raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 0=agent0-v3")
-            adapters[int(agent)] = name
+            if not agent.isdigit() or int(agent) < 1 or not name:
+                raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
+            adapters[int(agent) - 1] = name
         base = GREEDY if args.greedy else Sampling()
         sampling = Sampling(
             temperature=base.temperature if args.temperature is None else args.temperature,

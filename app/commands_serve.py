@@ -47,7 +47,7 @@ def start_with_shipped(
     with open_db(db_path) as db:
         for row in register_shipped(db, model):
             print(
-                f"agent {row['agent']}: the shipped trained adapter is version {row['version']}{then}",
+                f"agent {row['agent'] + 1}: the shipped trained adapter is version {row['version']}{then}",
                 file=file or sys.stdout,
             )
 

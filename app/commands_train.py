@@ -105,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_adapters(args: argparse.Namespace) -> int:
     from agents.serving.policy import PolicyClient
     from learner.registry import adapter_name, promote, rollback
-    from store import adapter_agents, adapter_lineage, open_db
+    from store import adapter_agents, adapter_lineage, agent_label, open_db
 
     client = PolicyClient(args.vllm_url) if args.vllm_url else None
     with open_db(args.db) as db:
@@ -123,29 +123,31 @@ def cmd_adapters(args: argparse.Namespace) -> int:
                     reward = row["metrics"].get("train_reward")
                     extra = f" train reward {reward:.3f}" if reward is not None else ""
                     print(
-                        f"{adapter_name(row['agent'], row['version']):12s} {row['state']:9s} "
-                        f"parent {parent:5s} {row['created_at']}{extra}  {row['path']}"
+                        f"{adapter_name(row['agent'], row['version']):12s} {row['kind']:7s} "
+                        f"{row['state']:9s} parent {parent:5s} {row['created_at']}{extra}  "
+                        f"{row['path']}"
                     )
         elif args.action == "promote":
             if args.agent is None or args.version is None:
                 raise ValueError("promote needs --agent and --version")
-            promote(db, client, args.agent, args.version)
-            print(f"{adapter_name(args.agent, args.version)} is active")
+            row = promote(db, client, args.agent - 1, args.version)
+            print(f"{adapter_name(args.agent - 1, args.version)} is active for {row['kind']}")
         elif args.action == "ship":
             from agents.serving.models import resolve_model
             from learner.registry import SHIPPED, ship
 
             out = Path(args.out) if args.out else SHIPPED
-            card = ship(db, resolve_model(args.model), out)
+            card = ship(db, resolve_model(args.model), out, args.kind)
             for agent, version in card["versions"].items():
-                print(f"{adapter_name(int(agent), version['version'])} -> {out}/agent{agent}")
+                name = adapter_name(int(agent), version["version"])
+                print(f"{name} -> {out}/{agent_label(int(agent))}")
             print(f"card: {out}/card.json (a new installation serves this team as version 1)")
         else:
             if args.agent is None:
                 raise ValueError("rollback needs --agent")
-            row = rollback(db, client, args.agent)
-            now = adapter_name(args.agent, row["version"]) if row else "the base model"
-            print(f"agent {args.agent} rolled back: now serving {now}")
+            row = rollback(db, client, args.agent - 1, args.kind)
+            now = adapter_name(args.agent - 1, row["version"]) if row else "the base model"
+            print(f"agent {args.agent} ({args.kind}) rolled back: now serving {now}")
     if client is None and args.action in ("promote", "rollback"):
         print("(no --vllm-url: the running app loads the active version at its next episode)")
     return 0
@@ -158,8 +160,9 @@ def adapter_record(row: dict) -> dict:
     from learner.registry import adapter_name, adapter_source
 
     return {
-        "agent": row["agent"],
+        "agent": row["agent"] + 1,
         "version": row["version"],
+        "kind": row["kind"],
         "state": row["state"],
         "name": adapter_name(row["agent"], row["version"]),
         "source": adapter_source(row),

@@ -173,7 +173,7 @@ class CoworkTab:
             label="Temperature (0: greedy)",
             elem_id=self.id("temperature"),
         )
-        choices = adapter_choices(self.ctx)
+        choices = adapter_choices(self.ctx, self.kind)
         self.adapters = gr.Dropdown(
             choices, value="serving", label="Adapters (team A)", elem_id=self.id("adapters")
         )
@@ -394,5 +394,5 @@ class CoworkTab:
 
     def refresh_adapters(self):
         """New versions appear in the adapter lists when the tab is opened."""
-        choices = adapter_choices(self.ctx)
+        choices = adapter_choices(self.ctx, self.kind)
         return gr.update(choices=choices), gr.update(choices=choices)

@@ -21,9 +21,9 @@ from agents.tasks import (
     longform_tasks,
     xsum_tasks,
 )
-from agents.team.roles import default_max_tokens, role_names, size_from_setting
+from agents.team.roles import MAX_AGENTS, default_max_tokens, role_names, size_from_setting
 from app.context import AppContext
-from learner.registry import adapter_name, ensure_loaded, load_version
+from learner.registry import adapter_name, ensure_loaded, load_version, serving_adapters
 
 MAX_PANES = 4
 SHAPE_LABELS = {
@@ -136,13 +136,18 @@ def task_preview(kind: str, problem: str | None) -> str:
         return str(e)
 
 
-def adapter_choices(ctx: AppContext) -> list[tuple[str, str]]:
-    """The adapter versions a team can run: the serving ones, the base model, or version N."""
+def adapter_choices(ctx: AppContext, kind: str) -> list[tuple[str, str]]:
+    """The adapter versions a team of this tab's `kind` of work can run: the serving ones (named,
+    or the base model where none of this kind is active), the base model, or version N (only
+    versions trained on this kind)."""
+    with store.open_db(ctx.db_path) as db:
+        serving = [n for n in serving_adapters(db, MAX_AGENTS, kind) if n]
+    what = ", ".join(serving) if serving else f"none trained on {kind} yet: the base model"
     choices = [
-        ("serving versions (what training promoted)", "serving"),
+        (f"serving {kind} versions ({what})", "serving"),
         ("base model for every agent", "base"),
     ]
-    registered = ctx.registered_adapters()
+    registered = [r for r in ctx.registered_adapters() if r["kind"] == kind]
     for version in sorted({r["version"] for r in registered}):
         names = [
             f"{adapter_name(r['agent'], version)} {r['state']}"
@@ -153,11 +158,10 @@ def adapter_choices(ctx: AppContext) -> list[tuple[str, str]]:
     return choices
 
 
-def resolve_adapters(
-    ctx: AppContext, choice: str, size: int, kind: str | None = None
-) -> tuple[str | None, ...]:
-    """The server name each agent's requests go to, loading what the server lacks; the serving
-    versions only where they were trained on `kind` of work (else the base model)."""
+def resolve_adapters(ctx: AppContext, choice: str, size: int, kind: str) -> tuple[str | None, ...]:
+    """The server name each agent's requests go to, loading what the server lacks: the serving
+    versions of `kind` of work, the base model, or version N where it was trained on `kind`
+    (else that agent runs the base model)."""
     if choice == "base":
         return (None,) * size
     with store.open_db(ctx.db_path) as db:
@@ -169,7 +173,9 @@ def resolve_adapters(
             try:
                 row = store.get_adapter(db, agent, version)
             except store.NotFound:
-                names.append(None)  # this agent has no such version: it runs the base model
+                row = None
+            if row is None or row["kind"] != kind:
+                names.append(None)  # no such version of this agent for this work: the base
                 continue
             names.append(adapter_name(agent, version))
             load_version(ctx.client, names[-1], row["path"])

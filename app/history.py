@@ -95,9 +95,9 @@ def episode_filters(
             filters["task_id"] = row_id(task_id, "task number")
         except ValueError as e:
             raise gr.Error(str(e)) from None
-    base = re.fullmatch(r"agent(\d+)-base", adapter or "")
+    base = re.fullmatch(r"agent([1-9]\d*)-base", adapter or "")
     if base:
-        filters["adapter"] = (int(base.group(1)), 0)
+        filters["adapter"] = (int(base.group(1)) - 1, 0)
     elif parsed := store.parse_adapter_name(adapter):
         filters["adapter"] = parsed
     return store.EpisodeFilter(**filters)
@@ -140,7 +140,7 @@ def adapter_filter_choices(ctx: AppContext) -> list[str]:
     return (
         ["any"]
         + [store.adapter_name(r["agent"], r["version"]) for r in registered]
-        + [f"agent{a}-base" for a in agents]
+        + [f"{store.agent_label(a)}-base" for a in agents]
     )
 
 

@@ -12,7 +12,7 @@ import gradio as gr
 import store
 from app.admin_login import PRIVATE
 from app.context import AppContext
-from learner.registry import adapter_name, adapter_source, trained_on
+from learner.registry import adapter_name, adapter_source, work_kind
 
 CHANGE_COLUMNS = [
     "version",
@@ -79,26 +79,20 @@ def answered_by(ctx: AppContext, episode_id: int | None) -> str:
         return ""
     with store.open_db(ctx.db_path) as db:
         episode = store.get_episode(db, episode_id)
-        kind, active = episode["task"]["kind"], store.active_adapters(db)
+        kind = work_kind(episode["task"]["kind"])
+        active = store.active_adapters(db, kind)
         parts = []
         for agent, version in enumerate(episode["adapter_versions"]):
             if not version:
-                other = trained_on(db, active[agent]) if agent in active else None
-                why = (
-                    f" (the serving version was trained on {other})"
-                    if other not in (None, kind)
-                    else ""
-                )
+                why = "" if agent in active else f" (no {kind} version of it is active)"
                 parts.append(f"agent {agent + 1}: base model{why}")
                 continue
             row = store.get_adapter(db, agent, version)
-            work = trained_on(db, row)
+            work = row["kind"]
             if adapter_source(row) == "shipped":
-                made = f"the shipped {work} team" if work else "the shipped team"
+                made = f"the shipped {work} team"
             else:
-                made = f"trained here {row['created_at'][:16].replace('T', ' ')} UTC" + (
-                    f" on {work}" if work else ""
-                )
+                made = f"trained here {row['created_at'][:16].replace('T', ' ')} UTC on {work}"
             learnt = row["metrics"].get("ratings_learnt")
             parts.append(
                 f"agent {agent + 1}: {adapter_name(agent, version)}, {made}"

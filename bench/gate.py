@@ -2,7 +2,7 @@
 greedy on the gate's 32 validation tasks, at once, scored with the default reward weights) of a
 team of adapter folders against the base team, on a managed server, printed with the time it took.
 
-By default the team is the shipped one (`assets/adapters/agent0`, `agent1`: training run 6's
+By default the team is the shipped one (`assets/adapters/agent1`, `agent2`: training run 16's
 promoted candidate), so this re-checks the gate figures in its card. With `--fill`, the server's
 every LoRA slot is first used by other adapters (copies of the team's), as a training run's step
 adapters use them before its gate; with `--without-plugin` the comparison runs again on a server
@@ -78,7 +78,7 @@ def compare(model_path, folders: list[str], args, coteam_plugin: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    shipped = [str(ROOT / "assets" / "adapters" / f"agent{k}") for k in range(2)]
+    shipped = [str(ROOT / "assets" / "adapters" / f"agent{k}") for k in (1, 2)]
     parser.add_argument("--adapters", nargs="+", default=shipped, help="one folder per agent")
     parser.add_argument("--tasks", type=int, default=32, help="validation tasks (the gate's 32)")
     parser.add_argument("--fill", action="store_true", help="use every LoRA slot first")

@@ -1,8 +1,9 @@
 """Adapter versions and hot-swap: immutable folders, one server name per version, promotion and
 rollback without dropping a request.
 
-A version is the folder `COTEAM_HOME/adapters/agentK/vN/`, copied in under a temporary name and
-renamed when complete; it is served under the name `agentK-vN` (a new name per version: reloading
+A version is the folder `COTEAM_HOME/adapters/agentK/vN/` (agents numbered from 1, as on the page:
+`store.agent_label`), copied in under a temporary name and renamed when complete; it is served
+under the name `agentK-vN` (a new name per version: reloading
 under an old name can serve stale prefix-cache blocks). Promotion loads the new version, then flips
 the active pointer in the store: episodes that start afterwards ask for the new name, episodes in
 flight finish on the old one, which stays loaded (and is what a rollback returns to).
@@ -22,7 +23,7 @@ from sqlite_utils import Database
 
 import store
 from agents.serving.policy import PolicyClient
-from store.adapters import adapter_name
+from store.adapters import adapter_name, agent_label
 from store.paths import adapters_dir
 
 KEEP_LOADED = 2  # versions per agent kept on the server: the active one and the one before
@@ -41,13 +42,15 @@ def publish_candidate(
     folder: str | Path,
     *,
     parent: int | None = None,
+    kind: str,
     metrics: dict | None = None,
     training_run_id: int | None = None,
 ) -> dict:
-    """Copy a trained adapter folder into the registry as the agent's next version (a candidate)."""
+    """Copy a trained adapter folder into the registry as the agent's next version (a candidate)
+    of `kind` of work ("coding" or "writing": the work it was trained on)."""
     versions = [row["version"] for row in store.adapter_lineage(db, agent)]
     version = max(versions, default=0) + 1
-    dest = adapters_dir(store.database_path(db)) / f"agent{agent}" / f"v{version}"
+    dest = adapters_dir(store.database_path(db)) / agent_label(agent) / f"v{version}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():  # this database has no such version: a moved or deleted one's folder
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -70,6 +73,7 @@ def publish_candidate(
         parent=parent,
         metrics=metrics,
         training_run_id=training_run_id,
+        kind=kind,
     )
 
 
@@ -106,15 +110,20 @@ def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) ->
         return []
     rows = []
     for agent in card["agents"]:
+        run = card["versions"][str(agent)].get("training_run") or {}
         row = publish_candidate(
-            db, agent, folder / f"agent{agent}", metrics={"source": "shipped", "card": card}
+            db,
+            agent,
+            folder / agent_label(agent),
+            kind=work_kind(run.get("config", {}).get("task", "coding")),
+            metrics={"source": "shipped", "card": card},
         )
         rows.append(store.activate_adapter(db, agent, row["version"]))
     return rows
 
 
-def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
-    """Write the active team as the team CoTeam ships: each agent's active adapter into
+def ship(db: Database, model: str | Path, out: Path = SHIPPED, kind: str = "coding") -> dict:
+    """Write the active team of `kind` as the team CoTeam ships: each agent's active adapter into
     `out`/agentK/ (PEFT config, weights in bf16: half the size, as vLLM serves them) and
     `out`/card.json, which says what it is (the base model's name and sha256, each agent's
     version, the training run's config and figures, the promotion gate's decision). Refuses
@@ -125,9 +134,9 @@ def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
 
     from agents.serving.models import PROVENANCE_FILE, model_provenance
 
-    active = store.active_adapters(db)
+    active = store.active_adapters(db, kind)
     if not active:
-        raise ValueError("no agent has an active adapter version: nothing to ship")
+        raise ValueError(f"no agent has an active {kind} adapter version: nothing to ship")
     base = model_provenance(model)
     if base is None:
         raise ValueError(
@@ -144,7 +153,7 @@ def ship(db: Database, model: str | Path, out: Path = SHIPPED) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=".ship.", dir=out.parent))
     try:
         for agent, row in sorted(active.items()):
-            dest = tmp / f"agent{agent}"
+            dest = tmp / agent_label(agent)
             dest.mkdir()
             shutil.copy2(Path(row["path"]) / "adapter_config.json", dest)
             weights = load_file(Path(row["path"]) / "adapter_model.safetensors")
@@ -194,48 +203,26 @@ def load_version(client: PolicyClient, name: str, path: str) -> None:
         )
 
 
-def trained_on(db: Database, row: dict) -> str | None:
-    """The kind of work a version was trained on, "coding" or "writing", from its training run's
-    task (a shipped version: the run its card records); None when unknown (registered by hand)."""
-    task = None
-    if row.get("training_run_id") is not None:
-        try:
-            task = store.get_training_run(db, row["training_run_id"])["config"].get("task")
-        except store.NotFound:
-            task = None
-    elif card := row["metrics"].get("card"):
-        run = card.get("versions", {}).get(str(row["agent"]), {}).get("training_run") or {}
-        task = (run.get("config") or {}).get("task")
-    return None if task is None else work_kind(task)
-
-
 def work_kind(task_set: str) -> str:
     """The kind of work a task set is: "coding", or "writing" (summaries, abstracts, articles)."""
     return "coding" if task_set == "coding" else "writing"
 
 
-def serving_adapters(db: Database, agents: int, kind: str | None = None) -> list[str | None]:
-    """The server name each agent's new requests go to (None: the base model). With `kind`
-    ("coding" or "writing"), a version trained on the other kind of work is not used: that
-    agent runs the base model (a coding team does not write essays)."""
-    active = store.active_adapters(db)
-    return [
-        adapter_name(i, active[i]["version"])
-        if i in active and kind in (None, trained_on(db, active[i]) or kind)
-        else None
-        for i in range(agents)
-    ]
+def serving_adapters(db: Database, agents: int, kind: str) -> list[str | None]:
+    """The server name each agent's new requests of `kind` of work ("coding" or "writing") go
+    to: its active version of that kind, or None (the base model: a coding team does not write
+    essays)."""
+    active = store.active_adapters(db, kind)
+    return [adapter_name(i, active[i]["version"]) if i in active else None for i in range(agents)]
 
 
-def ensure_loaded(
-    db: Database, client: PolicyClient, agents: int, kind: str | None = None
-) -> list[str | None]:
-    """Load every active adapter the server lacks (after a restart or a promotion elsewhere);
-    return the serving names (`serving_adapters`). Cheap when all are loaded."""
+def ensure_loaded(db: Database, client: PolicyClient, agents: int, kind: str) -> list[str | None]:
+    """Load every active adapter of `kind` the server lacks (after a restart or a promotion
+    elsewhere); return the serving names (`serving_adapters`). Cheap when all are loaded."""
     names = serving_adapters(db, agents, kind)
     missing = [(a, n) for a, n in enumerate(names) if n and n not in client.loaded]
     if missing:  # the common case, all loaded by this client, asks the server nothing
-        active = store.active_adapters(db)
+        active = store.active_adapters(db, kind)
         for agent, name in missing:
             load_version(client, name, active[agent]["path"])
     return names
@@ -253,13 +240,13 @@ def promote(db: Database, client: PolicyClient | None, agent: int, version: int)
     return activated
 
 
-def rollback(db: Database, client: PolicyClient | None, agent: int) -> dict | None:
-    """Reactivate the version the active one replaced (or the base model: None). The target is
-    loaded into the server first, so a failed load leaves the store as it was."""
-    target = store.rollback_target(db, agent)
+def rollback(db: Database, client: PolicyClient | None, agent: int, kind: str) -> dict | None:
+    """Reactivate the version the active one of `kind` replaced (or the base model: None). The
+    target is loaded into the server first, so a failed load leaves the store as it was."""
+    target = store.rollback_target(db, agent, kind)
     if client is not None and target is not None:
         load_version(client, adapter_name(agent, target["version"]), target["path"])
-    return store.rollback_adapter(db, agent)
+    return store.rollback_adapter(db, agent, kind)
 
 
 def _unload_old(db: Database, client: PolicyClient, agent: int) -> None:

@@ -198,7 +198,7 @@ def start_run(
         next(task_stream)
     with store.open_db(db_path) as db:
         start_names = ensure_loaded(db, client, args.agents, work_kind(args.task))
-        active = store.active_adapters(db)
+        active = store.active_adapters(db, work_kind(args.task))
     start_from = {agent: active[agent]["path"] for agent, name in enumerate(start_names) if name}
     if resumed:
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
@@ -517,6 +517,7 @@ def _publish(run: _Run, train_reward: float) -> dict[int, int]:
                 agent,
                 folder,
                 parent=(store.parse_adapter_name(run.start_names[agent]) or (agent, None))[1],
+                kind=work_kind(run.args.task),
                 metrics={"train_reward": train_reward, "steps": final, **run.ratings},
                 training_run_id=run.run_id,
             )

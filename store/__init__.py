@@ -16,12 +16,14 @@ One connection per thread or process: `with open_db() as db: ...`.
 """
 
 from store.adapters import (
+    WORK_KINDS,
     AdapterError,
     activate_adapter,
     active_adapters,
     adapter_agents,
     adapter_lineage,
     adapter_name,
+    agent_label,
     answers_before_after,
     get_adapter,
     parse_adapter_name,
@@ -91,6 +93,7 @@ from store.training import (
 __all__ = [
     "InvalidInput",
     "LATEST_VERSION",
+    "WORK_KINDS",
     "AdapterError",
     "EpisodeFilter",
     "InvalidRating",
@@ -102,6 +105,7 @@ __all__ = [
     "activate_adapter",
     "active_adapters",
     "adapter_agents",
+    "agent_label",
     "adapter_lineage",
     "adapter_name",
     "answers_before_after",

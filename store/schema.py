@@ -13,6 +13,7 @@ UTC strings, agents are numbered from 0 within their team, adapter version 0 is 
 Version 1 - what one episode is: tasks, episodes, turns, reward components, ratings.
 Version 2 - what the learner keeps: training runs, which episodes each run used, adapters.
 Version 3 - rating limits: the rater's session, and whether a rating counts (within the limits).
+Version 4 - adapters per kind of work ("coding" or "writing"): one active version per agent and kind.
 """
 
 from __future__ import annotations
@@ -159,6 +160,23 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE ratings ADD COLUMN session TEXT",
         "ALTER TABLE ratings ADD COLUMN counts INTEGER NOT NULL DEFAULT 1 CHECK (counts IN (0, 1))",
         "CREATE INDEX ratings_rater ON ratings(rater, created_at) WHERE rater IS NOT NULL",
+    ],
+    # 4: the kind of work an adapter was trained on; one active version per agent and kind
+    [
+        "ALTER TABLE adapters ADD COLUMN kind TEXT NOT NULL DEFAULT 'coding' "
+        "CHECK (kind IN ('coding', 'writing'))",
+        # from its training run's task set, or for a shipped version the run its card records
+        """
+        UPDATE adapters SET kind = 'writing' WHERE coalesce(
+            (SELECT json_extract(r.config, '$.task') FROM training_runs r
+             WHERE r.id = adapters.training_run_id),
+            json_extract(adapters.metrics,
+                '$.card.versions."' || adapters.agent || '".training_run.config.task'),
+            'coding'
+        ) <> 'coding'
+        """,
+        "DROP INDEX adapters_one_active",
+        "CREATE UNIQUE INDEX adapters_one_active ON adapters(agent, kind) WHERE state = 'active'",
     ],
 ]
 

@@ -77,7 +77,7 @@ def policy(vllm_server):
 def adapters_as_found(server: VLLMServer, policy: PolicyClient):
     """Leaves the shared server's adapters as it found them: what the block loaded is unloaded.
     The tests' databases each have their own version 1 of an agent, and a server that serves one
-    database's `agent0-v1` rightly refuses another's under that name (`learner.registry`)."""
+    database's `agent1-v1` rightly refuses another's under that name (`learner.registry`)."""
     before = set(policy.list_adapters())
     try:
         yield

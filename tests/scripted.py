@@ -62,9 +62,10 @@ class ScriptedPolicy:
 
 
 def agent_of(request: Request) -> int:
-    """Tests give agent i the adapter name `agent{i}-v1`, so a request says whose it is."""
-    return int(request.adapter.removeprefix("agent").split("-")[0])
+    """Tests give agent i the adapter name `agent{i + 1}-v1` (as `store.adapter_name`), so a
+    request says whose it is."""
+    return int(request.adapter.removeprefix("agent").split("-")[0]) - 1
 
 
 def adapters(size: int) -> list[str]:
-    return [f"agent{i}-v1" for i in range(size)]
+    return [f"agent{i + 1}-v1" for i in range(size)]

@@ -309,7 +309,7 @@ def test_admin_is_refused_without_the_password_and_opens_with_it(app, page):
     page.locator("#admin-password input").fill(PASSWORD)
     page.locator("#admin-unlock").click()
     expect(panel).to_be_visible()
-    expect(page.locator("#admin-learner-status")).to_contain_text("Serving:")
+    expect(page.locator("#admin-learner-status")).to_contain_text("Serving coding:")
     expect(page.locator("#admin-cancel")).to_be_hidden()  # nothing runs: nothing to cancel
     # the writing set is a choice for writing tasks only
     expect(page.locator("#admin-eval-set input")).to_be_disabled()
@@ -345,7 +345,9 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, m
     ).get("sha256")
     shipped = {agent: 1 for agent in card["agents"]} if trained_on_this else {}
     with store.open_db(app.db) as db:
-        before = {agent: row["version"] for agent, row in store.active_adapters(db).items()}
+        before = {
+            agent: row["version"] for agent, row in store.active_adapters(db, "coding").items()
+        }
     assert before == shipped
     new = [before.get(agent, 0) + 1 for agent in (0, 1)]  # the retrain's versions
     open_tab(page, "Admin")
@@ -367,12 +369,12 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, m
     expect(bar).to_have_attribute("data-state", re.compile("ok|failed|cancelled"), timeout=1_200_000)  # fmt: skip
     with store.open_db(app.db) as db:
         [run] = store.list_training_runs(db)
-        active = store.active_adapters(db)
+        active = store.active_adapters(db, "coding")
     assert run["state"] == "ok", run["error"]
     assert run["metrics"]["promoted"] is True and set(active) == {0, 1}
     assert {agent: row["version"] for agent, row in active.items()} == dict(enumerate(new))
-    expect(page.locator("#admin-adapters")).to_contain_text(f"agent0-v{new[0]}")
-    expect(page.locator("#admin-learner-status")).to_contain_text(f"agent0-v{new[0]}")
+    expect(page.locator("#admin-adapters")).to_contain_text(f"agent1-v{new[0]}")
+    expect(page.locator("#admin-learner-status")).to_contain_text(f"agent1-v{new[0]}")
     screenshot(page, "admin-trained")
 
     open_tab(page, "Co-code")  # the next episode runs on the new versions

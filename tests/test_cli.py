@@ -276,9 +276,9 @@ def test_adapters_list_json_gives_each_version_its_server_name_and_source(tmp_pa
     assert result.returncode == 0, result.stderr
     listed = json.loads(result.stdout)
     assert [(v["agent"], v["version"], v["state"], v["name"], v["source"]) for v in listed] == [
-        (0, 1, "candidate", "agent0-v1", "trained here"),
-        (0, 2, "active", "agent0-v2", "registered"),
-        (1, 1, "candidate", "agent1-v1", "registered"),
+        (1, 1, "candidate", "agent1-v1", "trained here"),
+        (1, 2, "active", "agent1-v2", "registered"),
+        (2, 1, "candidate", "agent2-v1", "registered"),
     ]
     assert listed[0]["training_run"] == run_id and listed[1]["parent_version"] == 1
 
@@ -306,8 +306,14 @@ def test_every_command_the_readme_names_exists_and_the_readme_stays_a_short_guid
         (["train", "--task", "coding", "--steps", "-1"], "at least 1 step"),
         (["export", "--format", "jsonl", "--out", "/proc/nope"], "No such file"),
         (["setup", "--model", "/nope"], "unknown model"),
-        (["adapters", "promote", "--agent", "9", "--version", "9"], "no adapter version"),
-        (["adapters", "rollback", "--agent", "0"], "no active adapter"),
+        (
+            ["adapters", "promote", "--agent", "4", "--version", "9"],
+            "agent4 has no adapter version",
+        ),
+        (
+            ["adapters", "rollback", "--agent", "1", "--kind", "writing"],
+            "no active writing adapter",
+        ),
     ],
 )
 def test_a_users_bad_input_is_one_line_that_says_what_is_wrong(tmp_path, command, says):

@@ -30,17 +30,17 @@ def test_printer_shows_each_agents_text_whole_under_its_header(tmp_path):
     text = out.getvalue()
     assert text.startswith(f"episode {result.episode_id}: parallel team (helper, helper2, entry)")
     for step in result.steps:
-        header = f"--- agent {step['agent']} ({step['role']}), turn {step['turn'] + 1}\n"
+        header = f"--- agent {step['agent'] + 1} ({step['role']}), turn {step['turn'] + 1}\n"
         assert header + step["text"] + "\n" in text  # streamed pieces arrive whole, in order
     assert len(re.findall(r"^--- agent", text, re.M)) == len(result.steps)
-    assert "== turn 1: not done" in text and "feedback to agent 0:" in text
+    assert "== turn 1: not done" in text and "feedback to agent 1:" in text
     assert "== turn 2: not done" in text
 
 
 def test_episode_arguments():
     args = build_parser().parse_args(
         ["episode", "--task", "writing", "--prompt", "Hi", "--shape", "sequential_pipeline",
-         "--agents", "3", "--adapter", "0=agent0-v2", "--json"]
+         "--agents", "3", "--adapter", "1=agent1-v2", "--json"]
     )  # fmt: skip
     assert (args.task, args.prompt, args.shape, args.agents) == (
         "writing",
@@ -48,7 +48,7 @@ def test_episode_arguments():
         "sequential_pipeline",
         3,
     )
-    assert args.adapter == ["0=agent0-v2"] and args.json and args.turns == 1
+    assert args.adapter == ["1=agent1-v2"] and args.json and args.turns == 1
 
 
 def test_a_bad_task_is_a_clean_error_before_any_server_starts(tmp_path, capsys):

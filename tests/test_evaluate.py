@@ -212,9 +212,9 @@ def test_write_report_from_a_summary(tmp_path):
 
 
 def test_config_and_variant_parsing():
-    assert parse_variant("v3=agent0-v3,agent1-v3") == ("v3", ("agent0-v3", "agent1-v3"))
+    assert parse_variant("v3=agent1-v3,agent2-v3") == ("v3", ("agent1-v3", "agent2-v3"))
     assert parse_variant("base") == ("base", ())
-    for bad in ("v3", "=a", "v3=a,,b", "base=agent0-v1"):
+    for bad in ("v3", "=a", "v3=a,,b", "base=agent1-v1"):
         with pytest.raises(EvalError):
             parse_variant(bad)
     with pytest.raises(EvalError, match="unknown shapes"):

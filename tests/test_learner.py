@@ -53,14 +53,14 @@ def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
     db_path = home / "coteam.db"
     with store.open_db(db_path) as db:
         for folder in two_versions:
-            publish_candidate(db, 3, folder)
+            publish_candidate(db, 3, folder, kind="coding")
         promote(db, policy, 3, 1)
     outcomes, stop = [], threading.Event()
 
     def users():  # like the app: each new episode asks the registry which version serves
         with store.open_db(db_path) as db:
             while not stop.is_set():
-                name = ensure_loaded(db, policy, 4)[3]
+                name = ensure_loaded(db, policy, 4, "coding")[3]
                 try:
                     [c] = policy.generate([Request(PROMPT, adapter=name, max_tokens=12)])
                     outcomes.append((name, c.text))
@@ -76,7 +76,7 @@ def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
         promote(db, policy, 3, 2)
     swapped_at = len(outcomes)
     deadline = time.monotonic() + 300
-    while sum(name == "agent3-v2" for name, _ in outcomes) < 6:
+    while sum(name == "agent4-v2" for name, _ in outcomes) < 6:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     stop.set()
@@ -85,18 +85,18 @@ def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
 
     failures = [o for o in outcomes if isinstance(o[1], Exception)]
     assert not failures, failures
-    [v1_text] = {text for name, text in outcomes if name == "agent3-v1"}
-    [v2_text] = {text for name, text in outcomes if name == "agent3-v2"}
+    [v1_text] = {text for name, text in outcomes if name == "agent4-v1"}
+    [v2_text] = {text for name, text in outcomes if name == "agent4-v2"}
     assert v1_text != v2_text
     assert all(
-        name == "agent3-v2" for name, _ in outcomes[swapped_at + 3 :]
+        name == "agent4-v2" for name, _ in outcomes[swapped_at + 3 :]
     )  # after in-flight ones
-    assert {"agent3-v1", "agent3-v2"} <= set(policy.list_adapters())  # v1 kept for rollback
+    assert {"agent4-v1", "agent4-v2"} <= set(policy.list_adapters())  # v1 kept for rollback
 
     with store.open_db(db_path) as db:
-        assert rollback(db, policy, 3)["version"] == 1
-        assert ensure_loaded(db, policy, 4)[3] == "agent3-v1"
-    [c] = policy.generate([Request(PROMPT, adapter="agent3-v1", max_tokens=12)])
+        assert rollback(db, policy, 3, "coding")["version"] == 1
+        assert ensure_loaded(db, policy, 4, "coding")[3] == "agent4-v1"
+    [c] = policy.generate([Request(PROMPT, adapter="agent4-v1", max_tokens=12)])
     assert c.text == v1_text
 
 
@@ -117,7 +117,7 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
 ):
     db_path = home / "coteam.db"
     with store.open_db(db_path) as db:
-        publish_candidate(db, 2, two_versions[0])
+        publish_candidate(db, 2, two_versions[0], kind="coding")
         promote(db, policy, 2, 1)
     learner = run_train(
         vllm_server.url, model_path, db_path, home, "--steps", "3", "--agents", "3", "--no-gate"
@@ -132,16 +132,16 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
     learner.wait()
     assert learner.returncode == -signal.SIGKILL, "".join(output)
 
-    versions = sorted(p.name for p in (home / "adapters" / "agent2").iterdir())
+    versions = sorted(p.name for p in (home / "adapters" / "agent3").iterdir())
     assert versions == ["v1"], versions  # no partial or unfinished version
     with store.open_db(db_path) as db:
-        assert {a: r["version"] for a, r in store.active_adapters(db).items()} == {2: 1}
+        assert {a: r["version"] for a, r in store.active_adapters(db, "coding").items()} == {2: 1}
         [run] = store.list_training_runs(db)
         assert run["state"] == "running"  # as the killed process left it ...
         store.mark_interrupted_runs(db)  # ... until the next start marks it
         assert store.get_training_run(db, run["id"])["state"] != "running"
-        assert ensure_loaded(db, policy, 3) == [None, None, "agent2-v1"]
-    [c] = policy.generate([Request(PROMPT, adapter="agent2-v1", max_tokens=8)])
+        assert ensure_loaded(db, policy, 3, "coding") == [None, None, "agent3-v1"]
+    [c] = policy.generate([Request(PROMPT, adapter="agent3-v1", max_tokens=8)])
     assert c.text
 
 
@@ -162,7 +162,7 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
     monkeypatch.setenv("COTEAM_HOME", str(trainer))
     with store.open_db(trainer / "coteam.db") as db:
         for agent, folder in enumerate(two_versions):
-            publish_candidate(db, agent, folder)
+            publish_candidate(db, agent, folder, kind="coding")
             store.activate_adapter(db, agent, 1)
     shipped = tmp_path / "shipped"
     done = subprocess.run(
@@ -175,7 +175,7 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
     card = json.loads((shipped / CARD).read_text())
     sha256 = model_provenance(model_path)["sha256"]
     assert card["base_model"]["sha256"] == sha256 and card["agents"] == [0, 1]
-    weights = load_file(shipped / "agent1" / "adapter_model.safetensors")
+    weights = load_file(shipped / "agent2" / "adapter_model.safetensors")
     assert weights and {str(w.dtype) for w in weights.values()} == {"torch.bfloat16"}
     other_base = tmp_path / "other"
     shutil.copytree(shipped, other_base)
@@ -183,7 +183,7 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
 
     with store.open_db(home / "other.db") as db:
         assert register_shipped(db, model_path, other_base) == []  # another base model's
-        assert store.active_adapters(db) == {}
+        assert store.active_adapters(db, "coding") == {}
     with store.open_db(home / "coteam.db") as db:
         rows = register_shipped(db, model_path, shipped)
         assert [(r["agent"], r["version"], r["state"]) for r in rows] == [
@@ -192,15 +192,15 @@ def test_the_active_team_ships_and_a_new_installation_serves_it(
         ]
         assert {adapter_record(r)["source"] for r in rows} == {"shipped"}
         assert register_shipped(db, model_path, shipped) == []  # not a new installation
-        names = ensure_loaded(db, policy, 2)
-    assert names == ["agent0-v1", "agent1-v1"]
+        names = ensure_loaded(db, policy, 2, "coding")
+    assert names == ["agent1-v1", "agent2-v1"]
     base = policy.generate([Request(PROMPT, max_tokens=12)])[0].text
     answers = [policy.generate([Request(PROMPT, adapter=n, max_tokens=12)])[0] for n in names]
     assert [a.adapter for a in answers] == names
     assert base not in {a.text for a in answers}, "the shipped adapters changed nothing"
     with store.open_db(home / "coteam.db") as db:  # the base team is one rollback away
-        rollback(db, policy, 0)
-        assert ensure_loaded(db, policy, 2) == [None, "agent1-v1"]
+        rollback(db, policy, 0, "coding")
+        assert ensure_loaded(db, policy, 2, "coding") == [None, "agent2-v1"]
 
 
 def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
@@ -248,7 +248,7 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         assert scratch == [], [e["params"]["adapters"] for e in scratch]
     for episode in scratch:
         assert episode["adapter_versions"] == [None, None], episode["params"]["adapters"]
-    shipped = [e for e in episodes if e["params"]["adapters"] == ["agent0-v1", "agent1-v1"]]
+    shipped = [e for e in episodes if e["params"]["adapters"] == ["agent1-v1", "agent2-v1"]]
     assert len(shipped) >= 2 and all(e["adapter_versions"] == [1, 1] for e in shipped)
     # a sample that failed its first turn went on with the feedback; every call of every turn
     # (at most one per episode and turn) is trained when its turn's group has signal
@@ -270,7 +270,7 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         assert row["version"] == 2 and row["parent_version"] == 1
         assert row["state"] in ("active", "rejected") and "gate" in row["metrics"]
         assert row["metrics"]["ratings_learnt"] == 2
-        assert (home / "adapters" / f"agent{agent}" / "v2" / "adapter_config.json").is_file()
+        assert (home / "adapters" / f"agent{agent + 1}" / "v2" / "adapter_config.json").is_file()
         if row["state"] == "active":
             assert adapter_name(agent, 2) in policy.list_adapters()
     assert run["metrics"]["promoted"] == (rows[0][1]["state"] == "active")
@@ -317,7 +317,7 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
         row = lineage[-1]
         assert [r["version"] for r in lineage] == ([1, 2] if agent < 2 else [1])
         assert row["state"] in ("active", "rejected") and row["metrics"]["gate"]["tasks"] == 1
-        folder = home / "adapters" / f"agent{agent}" / f"v{row['version']}"
+        folder = home / "adapters" / f"agent{agent + 1}" / f"v{row['version']}"
         assert (folder / "adapter_config.json").is_file()
 
 

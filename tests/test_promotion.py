@@ -83,7 +83,7 @@ def test_a_no_op_candidate_is_rejected_through_the_paired_run(tmp_path, monkeypa
     seen = []
     outcome = paired_scores(
         policy,
-        (["agent0-v2", "agent1-v2"], ["agent0-v1", "agent1-v1"]),
+        (["agent1-v2", "agent2-v2"], ["agent1-v1", "agent2-v1"]),
         tasks,
         tmp_path / "coteam.db",
         GateSettings(tasks=3, concurrency=2),
@@ -93,10 +93,10 @@ def test_a_no_op_candidate_is_rejected_through_the_paired_run(tmp_path, monkeypa
     )
     assert outcome.tasks == 3 and seen[-1] == (6, 6)
     assert {r.adapter for r in policy.requests} == {
-        "agent0-v1",
         "agent1-v1",
-        "agent0-v2",
+        "agent2-v1",
         "agent1-v2",
+        "agent2-v2",
     }
     assert outcome.reward_gain == pytest.approx(0.0, abs=0.02)  # speed differs a little
     assert not outcome.passed
@@ -134,7 +134,7 @@ def test_the_gate_judges_the_reward_the_run_trained_on_so_a_rated_taste_is_promo
         return f"{start} the council approved the new plan for the town centre on Tuesday."
 
     tasks = split_tasks("summary", "validation")[:5]
-    teams = (["agent0-v2", "agent1-v2"], ["agent0-v1", "agent1-v1"])
+    teams = (["agent1-v2", "agent2-v2"], ["agent1-v1", "agent2-v1"])
     settings = GateSettings(tasks=5, concurrency=2)
     outcome = paired_scores(
         ScriptedPolicy(answer), teams, tasks, tmp_path / "coteam.db", settings, weights,

@@ -44,20 +44,20 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
         rated = answer(db, shared, "served", [2, 0])
 
     table = rating_changes(ctx)["data"]
-    assert [row[0] for row in table] == ["agent1-v1", "agent0-v2", "agent0-v1"]
+    assert [row[0] for row in table] == ["agent2-v1", "agent1-v2", "agent1-v1"]
     assert table[1][3:] == [9, 0.32, 0.6, 0.7, -0.1] and table[2][3:] == [4, None, 0.7, 0.5, 0.2]
     assert table[0][3:] == [None, None, None, None, None]
 
-    shown = pairs_markdown(ctx, "agent0-v2")
+    shown = pairs_markdown(ctx, "agent1-v2")
     assert "Before (v1)" in shown and "v1 answer" in shown and "served" in shown  # the latest
-    assert "Before (the base model)" in pairs_markdown(ctx, "agent1-v1")
+    assert "Before (the base model)" in pairs_markdown(ctx, "agent2-v1")
     with store.open_db(ctx.db_path) as db:
         store.register_adapter(db, 0, "/a/v3", parent=2)
-    assert "No prompt" in pairs_markdown(ctx, "agent0-v3")
+    assert "No prompt" in pairs_markdown(ctx, "agent1-v3")
     assert "no adapter version agent5-v1" in pairs_markdown(ctx, "agent5-v1")
 
     said = answered_by(ctx, rated)
-    assert "agent 1: agent0-v2, trained" in said and "from 9 rating(s)" in said
+    assert "agent 1: agent1-v2, trained" in said and "from 9 rating(s)" in said
     assert "agent 2: base model" in said
 
 
@@ -73,14 +73,16 @@ def test_the_answered_by_line_says_where_each_version_came_from_and_why_the_base
             store.create_task(db, "writing", "Write about tides."),
         )
         coded = answer(db, coding, "code", [1, 1])
+        chose_base = answer(db, coding, "code", [0, 1])
         written = answer(db, writing, "text", [0, 0])
     said = answered_by(ctx, coded)
-    assert "agent 1: agent0-v1, the shipped coding team" in said
-    assert "agent 2: agent1-v1, trained here" in said and "on coding" in said
-    # a writing episode runs the base model where the serving version was trained on coding
+    assert "agent 1: agent1-v1, the shipped coding team" in said
+    assert "agent 2: agent2-v1, trained here" in said and "on coding" in said
+    # the base model chosen over an active version needs no reason; one on writing does
+    assert "agent 1: base model;" in answered_by(ctx, chose_base)
     said = answered_by(ctx, written)
-    assert "agent 1: base model (the serving version was trained on coding)" in said
-    assert "agent 2: base model." in said  # agent 2 has no serving version: nothing to explain
+    assert "agent 1: base model (no writing version of it is active)" in said
+    assert "agent 2: base model (no writing version of it is active)." in said
 
 
 def test_the_panel_shows_nothing_until_the_admin_tab_is_unlocked(ctx):
@@ -92,9 +94,9 @@ def test_the_panel_shows_nothing_until_the_admin_tab_is_unlocked(ctx):
     with pytest.raises(gr.Error, match="Unlock"):
         panel.show(False)
     with pytest.raises(gr.Error, match="Unlock"):
-        panel.show_pairs(False, "agent0-v1")
+        panel.show_pairs(False, "agent1-v1")
     assert panel.show_when_unlocked(False) == (gr.skip(), gr.skip())
     with store.open_db(ctx.db_path) as db:
         store.register_adapter(db, 0, "/a/v1", metrics={"ratings_learnt": 3})
     table, pick = panel.show_when_unlocked(True)
-    assert table["data"][0][:1] == ["agent0-v1"] and pick["value"] == "agent0-v1"
+    assert table["data"][0][:1] == ["agent1-v1"] and pick["value"] == "agent1-v1"

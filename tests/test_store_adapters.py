@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -23,7 +24,7 @@ def test_register_numbers_versions_per_agent(db):
     assert first["state"] == "candidate" and first["metrics"] == {"loss": 1.2}
     assert (second["parent_version"], second["path"]) == (1, "adapters/agent0/v2")
     assert store.register_adapter(db, 0, "adapters/agent0/v7", version=7)["version"] == 7
-    assert store.active_adapters(db) == {}
+    assert store.active_adapters(db, "coding") == {}
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_register_numbers_versions_per_agent(db):
         ({"agent": 0, "version": 1}, "already has an adapter version 1"),
         ({"agent": 0, "version": 0}, "numbered from 1"),
         ({"agent": -1}, "numbered from 0"),
-        ({"agent": 1, "parent": 1}, "agent 1 has no adapter version 1"),
+        ({"agent": 1, "parent": 1}, "agent2 has no adapter version 1"),
     ],
 )
 def test_bad_registrations_are_refused(db, kwargs, message):
@@ -53,7 +54,10 @@ def test_activate_retires_the_previous_one(db):
     assert active["state"] == "active" and active["activated_at"]
     assert states(db) == {1: "retired", 2: "active"}
     assert store.get_adapter(db, 0, 1)["retired_at"]
-    assert {agent: a["version"] for agent, a in store.active_adapters(db).items()} == {0: 2, 1: 1}
+    assert {agent: a["version"] for agent, a in store.active_adapters(db, "coding").items()} == {
+        0: 2,
+        1: 1,
+    }
     assert store.activate_adapter(db, 0, 2)["activated_at"] == active["activated_at"]
 
 
@@ -71,13 +75,13 @@ def test_rollback_undoes_activations_one_at_a_time(db):
         store.register_adapter(db, 0, f"v{version}", parent=version - 1 or None)
         store.activate_adapter(db, 0, version)
 
-    assert store.rollback_adapter(db, 0)["version"] == 2
+    assert store.rollback_adapter(db, 0, "coding")["version"] == 2
     assert states(db) == {1: "retired", 2: "active", 3: "retired"}
-    assert store.rollback_adapter(db, 0)["version"] == 1
-    assert store.rollback_adapter(db, 0) is None  # back to the base model
-    assert store.active_adapters(db) == {}
-    with pytest.raises(store.AdapterError, match="no active adapter"):
-        store.rollback_adapter(db, 0)
+    assert store.rollback_adapter(db, 0, "coding")["version"] == 1
+    assert store.rollback_adapter(db, 0, "coding") is None  # back to the base model
+    assert store.active_adapters(db, "coding") == {}
+    with pytest.raises(store.AdapterError, match="no active coding adapter"):
+        store.rollback_adapter(db, 0, "coding")
 
 
 def test_rollback_returns_to_what_was_active_not_the_parent(db):
@@ -86,27 +90,27 @@ def test_rollback_returns_to_what_was_active_not_the_parent(db):
     store.register_adapter(db, 0, "v3", parent=1)  # trained from v1 while v2 was being tried
     store.activate_adapter(db, 0, 2)
     store.activate_adapter(db, 0, 3)
-    assert store.rollback_adapter(db, 0)["version"] == 2
+    assert store.rollback_adapter(db, 0, "coding")["version"] == 2
 
 
 def test_rollback_falls_back_to_the_parent(db):
     store.register_adapter(db, 0, "v1")
     store.register_adapter(db, 0, "v2", parent=1)
     store.activate_adapter(db, 0, 2)  # activated first: nothing active before it
-    assert store.rollback_adapter(db, 0)["version"] == 1
+    assert store.rollback_adapter(db, 0, "coding")["version"] == 1
 
 
 def test_rollback_target_names_what_rollback_will_activate_and_changes_nothing(db):
     store.register_adapter(db, 0, "v1")
     store.register_adapter(db, 0, "v2", parent=1)
-    with pytest.raises(store.AdapterError, match="no active adapter"):
-        store.rollback_target(db, 0)
+    with pytest.raises(store.AdapterError, match="no active coding adapter"):
+        store.rollback_target(db, 0, "coding")
     store.activate_adapter(db, 0, 1)
     store.activate_adapter(db, 0, 2)
-    assert store.rollback_target(db, 0)["version"] == 1
+    assert store.rollback_target(db, 0, "coding")["version"] == 1
     assert states(db) == {1: "retired", 2: "active"}
-    store.rollback_adapter(db, 0)
-    assert store.rollback_target(db, 0) is None  # v1 replaced nothing and has no parent
+    store.rollback_adapter(db, 0, "coding")
+    assert store.rollback_target(db, 0, "coding") is None  # v1 replaced nothing and has no parent
 
 
 def test_rejected_candidates_are_never_activated(db):
@@ -155,26 +159,65 @@ def test_a_rollback_the_server_refuses_leaves_the_store_as_it_was(db):
     store.register_adapter(db, 0, "v2", parent=1)
     store.activate_adapter(db, 0, 1)
     store.activate_adapter(db, 0, 2)
-    with pytest.raises(PolicyError, match="agent0-v1"):
-        registry.rollback(db, RefusingServer(), 0)
+    with pytest.raises(PolicyError, match="agent1-v1"):
+        registry.rollback(db, RefusingServer(), 0, "coding")
     assert states(db) == {1: "retired", 2: "active"}
 
 
-def test_a_version_serves_only_the_kind_of_work_it_was_trained_on(db):
-    """A team trained on coding answers Co-code; Co-write gets the base model for that agent
-    (and the page says why). A version whose training is unknown serves both kinds."""
-    run = store.start_training_run(db, "manual", config={"task": "coding"})
-    coder = store.register_adapter(db, 0, "adapters/agent0/v1", training_run_id=run)
-    card = {"versions": {"1": {"training_run": {"config": {"task": "summary"}}}}}
-    shipped = store.register_adapter(db, 1, "adapters/agent1/v1", metrics={"card": card})
-    by_hand = store.register_adapter(db, 2, "adapters/agent2/v1")
-    for row in (coder, shipped, by_hand):
+def test_each_kind_of_work_has_its_own_active_version(db):
+    """A team trained on coding answers Co-code and one trained on writing Co-write: training,
+    promoting or rolling back one kind leaves the other serving; an agent with no version of a
+    kind runs the base model on that kind."""
+    coder = store.register_adapter(db, 0, "adapters/agent1/v1")
+    writer = store.register_adapter(db, 0, "adapters/agent1/v2", kind="writing")
+    other = store.register_adapter(db, 1, "adapters/agent2/v1", kind="writing")
+    for row in (coder, writer, other):
         store.activate_adapter(db, row["agent"], row["version"])
-    assert [registry.trained_on(db, r) for r in (coder, shipped, by_hand)] == [
-        "coding",
-        "writing",
-        None,
-    ]
-    assert registry.serving_adapters(db, 3, "coding") == ["agent0-v1", None, "agent2-v1"]
-    assert registry.serving_adapters(db, 3, "writing") == [None, "agent1-v1", "agent2-v1"]
-    assert registry.serving_adapters(db, 3) == ["agent0-v1", "agent1-v1", "agent2-v1"]
+    assert states(db) == {1: "active", 2: "active"}  # the writer retired no coder
+    assert registry.serving_adapters(db, 2, "coding") == ["agent1-v1", None]
+    assert registry.serving_adapters(db, 2, "writing") == ["agent1-v2", "agent2-v1"]
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):  # one per agent and kind
+        store.register_adapter(db, 0, "adapters/agent1/v3", kind="writing")
+        db.execute("UPDATE adapters SET state = 'active' WHERE agent = 0 AND version = 3")
+    assert store.rollback_adapter(db, 0, "writing") is None  # the writer had no parent
+    assert registry.serving_adapters(db, 2, "writing") == [None, "agent2-v1"]
+    assert registry.serving_adapters(db, 2, "coding") == ["agent1-v1", None]
+    with pytest.raises(store.AdapterError, match="no active writing adapter"):
+        store.rollback_adapter(db, 0, "writing")
+    with pytest.raises(store.AdapterError, match="trained on coding or writing, not 'essays'"):
+        store.register_adapter(db, 0, "v9", kind="essays")
+
+
+def test_a_rollback_never_reaches_a_version_of_the_other_kind(db):
+    store.register_adapter(db, 0, "v1")  # coding
+    store.register_adapter(db, 0, "v2", parent=1, kind="writing")  # registered by hand so
+    store.activate_adapter(db, 0, 2)
+    assert store.rollback_target(db, 0, "writing") is None  # the base model, not coding's v1
+    assert store.rollback_adapter(db, 0, "writing") is None
+    assert states(db) == {1: "candidate", 2: "retired"}
+
+
+def test_the_upgrade_gives_each_old_version_the_kind_it_was_trained_on(tmp_path):
+    """Schema 4: a version of a writing run, a shipped one whose card records a writing run,
+    and the rest (coding runs, registered by hand) as coding; both actives stay active."""
+    path = tmp_path / "coteam.db"
+    with store.open_db(path, migrate=False) as db:
+        store.migrate_schema(db, target=3)
+        writing = store.start_training_run(db, "manual", config={"task": "summary"})
+        store.finish_training_run(db, writing)
+        coding = store.start_training_run(db, "manual", config={"task": "coding"})
+        card = {"versions": {"1": {"training_run": {"config": {"task": "longform"}}}}}
+        for agent, run, metrics in ((0, writing, {}), (0, coding, {}), (1, None, {"card": card})):
+            db["adapters"].insert(
+                {"agent": agent, "path": "p", "training_run_id": run, "created_at": "2026-12-01",
+                 "version": len(store.adapter_lineage(db, agent)) + 1, "metrics": json.dumps(metrics),
+                 "state": "active" if agent == 1 or run == coding else "retired"}
+            )  # fmt: skip
+    with store.open_db(path) as db:
+        assert [(r["agent"], r["version"], r["kind"]) for r in store.adapter_lineage(db, 0)] == [
+            (0, 1, "writing"),
+            (0, 2, "coding"),
+        ]
+        assert store.get_adapter(db, 1, 1)["kind"] == "writing"
+        assert registry.serving_adapters(db, 2, "coding") == ["agent1-v2", None]
+        assert registry.serving_adapters(db, 2, "writing") == [None, "agent2-v1"]

@@ -239,8 +239,8 @@ def test_sampling_settings_reach_the_requests(tmp_path):
 
 def test_adapters_by_agent_and_the_base_model(tmp_path):
     policy = ScriptedPolicy(code_reply)
-    result = run_episode(CODING, policy, agents=3, adapters={2: "agent2-v7"}, db=tmp_path / "c.db")
-    assert [s["adapter"] for s in result.final_steps()] == [None, None, "agent2-v7"]
+    result = run_episode(CODING, policy, agents=3, adapters={2: "agent3-v7"}, db=tmp_path / "c.db")
+    assert [s["adapter"] for s in result.final_steps()] == [None, None, "agent3-v7"]
     with store.open_db(tmp_path / "c.db") as db:
         assert store.get_episode(db, result.episode_id)["adapter_versions"] == [0, 0, 7]
 
@@ -251,7 +251,7 @@ def test_a_training_runs_scratch_adapter_is_recorded_as_no_version_not_the_base_
         CODING,
         ScriptedPolicy(code_reply),
         agents=2,
-        adapters=[scratch, "agent1-v3"],
+        adapters=[scratch, "agent2-v3"],
         db=tmp_path / "c.db",
     )
     with store.open_db(tmp_path / "c.db") as db:
@@ -259,15 +259,16 @@ def test_a_training_runs_scratch_adapter_is_recorded_as_no_version_not_the_base_
         base_of_agent0 = store.EpisodeFilter(adapter=(0, 0))
         assert store.count_episodes(db, base_of_agent0) == 0  # not listed as a base-model episode
     assert episode["adapter_versions"] == [None, 3]
-    assert episode["params"]["adapters"] == [scratch, "agent1-v3"]  # which scratch adapter it was
+    assert episode["params"]["adapters"] == [scratch, "agent2-v3"]  # which scratch adapter it was
     assert [store.version_label(v) for v in episode["adapter_versions"]] == ["training", "v3"]
 
 
 def test_adapter_names_are_built_and_read_in_one_place():
     assert store.parse_adapter_name(store.adapter_name(3, 12)) == (3, 12)
-    for name in (None, "", "base", "agent1-v", "agent1-v2x", "run-1-abc-s1-agent0"):
+    assert store.adapter_name(0, 3) == "agent1-v3"  # agents numbered from 1, as on the page
+    for name in (None, "", "base", "agent1-v", "agent1-v2x", "agent0-v1", "run-1-abc-s1-agent1"):
         assert store.parse_adapter_name(name) is None
-    assert [store.recorded_version(n) for n in (None, "agent0-v5", "run-1-ab-s3-agent0")] == [
+    assert [store.recorded_version(n) for n in (None, "agent1-v5", "run-1-ab-s3-agent1")] == [
         0,
         5,
         None,

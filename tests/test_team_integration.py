@@ -110,7 +110,7 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     assert summary["shape"] == "single" and summary["task"]["source_id"] == "HumanEval/2"
     [agent] = summary["agents"]
     assert agent["role"] == "solo"
-    assert agent["adapter"] == ("agent0-v1" if trained_on_this else None)
+    assert agent["adapter"] == ("agent1-v1" if trained_on_this else None)
     assert agent["text"] and agent["completion_tokens"] > 0 and agent["latency_s"] > 0
     assert agent["text"].startswith(agent["opening"])  # what the environment began it with
     assert 1 <= summary["turns"] <= 2 and summary["wall_time_s"] > 0

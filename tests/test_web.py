@@ -20,7 +20,7 @@ from app.admin import AdminTab
 from app.admin_training import learner_status
 from app.context import AppContext, admin_password_from
 from app.cowork import CoworkTab
-from app.cowork_choices import AB, ONE_TEAM, chosen_task, role_layout
+from app.cowork_choices import AB, ONE_TEAM, adapter_choices, chosen_task, role_layout
 from app.cowork_results import display_code
 from app.history import HistoryTab, episode_filters, episode_markdown, fenced
 from app.live import run_live
@@ -317,11 +317,39 @@ def test_a_promoted_adapter_serves_the_next_episode(ctx, tmp_path):
     tab = built(ctx, CoworkTab(ctx, "coding"))
     view = tab.results
     page = last(tab.run(form(tab)))
-    assert {r.adapter for r in ctx.client.requests} == {"agent0-v1", "agent1-v1"}
-    assert "agent0-v1" in page[view.panes[0]]["label"]
+    assert {r.adapter for r in ctx.client.requests} == {"agent1-v1", "agent2-v1"}
+    assert "agent1-v1" in page[view.panes[0]]["label"]
     assert "version 1" in str(tab.refresh_adapters()[0])
     with store.open_db(ctx.db_path) as db:
         assert store.get_episode(db, page[view.episode_id])["adapter_versions"] == [1, 1]
+
+
+def test_co_code_and_co_write_are_each_answered_by_the_versions_trained_on_their_work(
+    ctx, tmp_path
+):
+    """Agent 1 has a coding version and a writing version, both active; agent 2 only a coding
+    one: Co-code runs both coders, Co-write agent 1's writer and the base model for agent 2, and
+    each page's adapter list names what serves it and offers only its own kind's versions."""
+    with store.open_db(ctx.db_path) as db:
+        store.register_adapter(db, 0, str(tmp_path / "c0"))
+        store.register_adapter(db, 1, str(tmp_path / "c1"))
+        store.register_adapter(db, 0, str(tmp_path / "w0"), kind="writing")
+        for agent, version in ((0, 1), (1, 1), (0, 2)):
+            store.activate_adapter(db, agent, version)
+    code = built(ctx, CoworkTab(ctx, "coding"))
+    last(code.run(form(code)))
+    assert {r.adapter for r in ctx.client.requests} == {"agent1-v1", "agent2-v1"}
+    ctx.client.requests.clear()
+    write = built(ctx, CoworkTab(ctx, "writing"))
+    page = last(write.run(form(write, source="free", prompt="A note on tea", size=2)))
+    assert {r.adapter for r in ctx.client.requests} == {"agent1-v2", None}
+    said = page[write.results.status]
+    assert "agent 1: agent1-v2" in said and "agent 2: base model (no writing version" in said
+    labels = [label for label, _ in adapter_choices(ctx, "writing")]
+    assert labels[0] == "serving writing versions (agent1-v2)" and labels[2:] == [
+        "version 2: agent1-v2 active"
+    ]
+    assert adapter_choices(ctx, "coding")[0][0] == "serving coding versions (agent1-v1, agent2-v1)"
 
 
 # -- history ---------------------------------------------------------------------------------
@@ -337,10 +365,10 @@ def test_history_filters_and_the_full_episode(ctx):
     assert [row[0] for row in table["data"]] == [episode_id] and "1 episode" in info
     table, *_ = history.first_page("writing", "any", "any", "any", "any", 0)
     assert table["data"] == []
-    assert episode_filters("any", "any", "not rated", "agent1-v3", "any", 0) == store.EpisodeFilter(
+    assert episode_filters("any", "any", "not rated", "agent2-v3", "any", 0) == store.EpisodeFilter(
         rated=False, adapter=(1, 3)
     )
-    assert episode_filters("any", "any", "any", "agent0-base", "any", 5) == store.EpisodeFilter(
+    assert episode_filters("any", "any", "any", "agent1-base", "any", 5) == store.EpisodeFilter(
         adapter=(0, 0), task_id=5
     )
     text = history.open_episode(episode_id)
@@ -426,7 +454,9 @@ def test_admin_export_registry_and_eval_report(ctx, tmp_path):
     assert not folder.exists() and Path(again[0]).exists()  # one export on disk at a time
     shutil.rmtree(Path(again[0]).parent)
     assert "Choose a version" in admin.registry.promote_version(True, None)[0]
-    assert "no active adapter to roll back" in admin.registry.rollback_agent(True, 0)[0]
+    assert admin.registry.rollback_pick.value == "0:coding"
+    said = admin.registry.rollback_agent(True, "1:writing")[0]
+    assert "agent2 has no active writing adapter to roll back" in said
     ctx.eval_dir = tmp_path / "eval"
     evaluation = admin.evaluation
     started = evaluation.start_eval(True, "coding", "xsum", 2, 1, 64, ["parallel", "single"], True)

@@ -50,7 +50,7 @@ def test_cancelling_during_the_gate_promotes_nothing(home, monkeypatch):
         assert {
             a["state"] for a in store.adapter_lineage(db, 0) + store.adapter_lineage(db, 1)
         } == {"rejected"}
-        assert store.active_adapters(db) == {}
+        assert store.active_adapters(db, "coding") == {}
 
 
 def test_a_run_that_passes_the_gate_is_promoted_and_finished(home, monkeypatch):
@@ -111,7 +111,7 @@ def test_a_stopped_run_resumes_with_its_config_and_checkpoint(home):
     with store.open_db(db_path) as db:
         store.fail_training_run(db, again, "killed in the gate")
         store.reject_adapter(db, 0, candidate)
-    with pytest.raises(ValueError, match=r"decided already \(agent0-v1\)"):
+    with pytest.raises(ValueError, match=r"decided already \(agent1-v1\)"):
         resume_run(db_path, again)  # a gate that decided before the kill is not run again
 
 
@@ -233,9 +233,9 @@ def test_version_1_of_one_database_never_meets_version_1_of_another(home, tmp_pa
     rows = {}
     for db_path in (default, other):
         with store.open_db(db_path) as db:
-            rows[db_path] = publish_candidate(db, 0, made)
+            rows[db_path] = publish_candidate(db, 0, made, kind="coding")
     assert rows[default]["version"] == rows[other]["version"] == 1
-    assert rows[default]["path"] == str(home / "adapters" / "agent0" / "v1")
+    assert rows[default]["path"] == str(home / "adapters" / "agent1" / "v1")
     assert rows[other]["path"] != rows[default]["path"]
     for row in rows.values():
         assert (Path(row["path"]) / "adapter_config.json").is_file()
@@ -253,18 +253,18 @@ def test_a_version_folder_left_by_a_moved_database_is_kept_aside_not_fatal(home,
     db_path = tmp_path / "lf" / "lf.db"
     db_path.parent.mkdir()
     with store.open_db(db_path) as db:
-        old = Path(publish_candidate(db, 0, made)["path"])
+        old = Path(publish_candidate(db, 0, made, kind="coding")["path"])
     (old / "adapter_config.json").write_text('{"old": true}')
     db_path.unlink()
     with store.open_db(db_path) as db:
-        row = publish_candidate(db, 0, made)
+        row = publish_candidate(db, 0, made, kind="coding")
     assert row["version"] == 1 and Path(row["path"]) == old
     assert json.loads((old / "adapter_config.json").read_text()) == {"new": True}
     (kept,) = old.parent.glob("orphan-v1-*")
     assert json.loads((kept / "adapter_config.json").read_text()) == {"old": True}
     db_path.unlink()  # and again, within the same second: both earlier folders are kept
     with store.open_db(db_path) as db:
-        publish_candidate(db, 0, made)
+        publish_candidate(db, 0, made, kind="coding")
     assert len(list(old.parent.glob("orphan-v1-*"))) == 2
 
 

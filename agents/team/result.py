@@ -59,14 +59,15 @@ class EpisodeResult:
         return [last[i] for i in range(len(self.roles))]
 
     def summary(self) -> dict:
-        """The episode as one JSON-ready dict (what `coteam episode --json` prints)."""
+        """The episode as one JSON-ready dict (what `coteam episode --json` prints); agents are
+        numbered from 1 there, as on the page and in adapter names."""
         agents = []
         for i, (role, adapter) in enumerate(zip(self.roles, self.adapters, strict=True)):
             own = [s for s in self.steps if s["agent"] == i]
             last = own[-1]["messages"][-1]
             agents.append(
                 {
-                    "agent": i,
+                    "agent": i + 1,
                     "role": role.name,
                     "adapter": adapter,
                     # what the environment began the reply with; `text` starts with it, and the
