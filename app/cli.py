@@ -21,7 +21,7 @@ from app.commands_serve import cmd_check, cmd_doctor, cmd_export, cmd_serve, cmd
 from app.commands_train import cmd_adapters, cmd_learner, cmd_train  # noqa: E402
 from learner.config import EvalConfig, TrainArgs  # noqa: E402
 from learner.flags import add_flags  # noqa: E402
-from store import StoreError  # noqa: E402
+from store import RatingLimits, StoreError  # noqa: E402
 
 MODEL_HELP = (
     f"a preset ({', '.join(PRESETS)}), a local Hugging Face folder, or a hub id "
@@ -58,7 +58,8 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     p.add_argument("--model", default=default_model, help=MODEL_HELP)
     p.add_argument(
         "--vllm-url",
-        help="use this running vLLM server (e.g. http://gpu-node:8000) instead of starting one",
+        help="use this running vLLM server (e.g. http://gpu-node:8000) instead of starting one; "
+        "several comma-separated URLs spread the agents over replicas",
     )
     p.add_argument(
         "--vllm-port", type=int, default=0, help="port of the managed vLLM (default: a free one)"
@@ -79,6 +80,7 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     )
     p.add_argument("--every-ratings", type=int, help="train in the background after N new ratings")
     p.add_argument("--every-minutes", type=float, help="train in the background every T minutes")
+    rating_limit_options(p)
     p.add_argument(
         "--allow-weak-sandbox",
         action="store_true",
@@ -121,10 +123,31 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     p.set_defaults(func=cmd_export)
 
 
+def rating_limit_options(p: argparse.ArgumentParser) -> None:
+    """How many of one rater's ratings count (`store.RatingLimits`)."""
+    limits = RatingLimits()
+    p.add_argument(
+        "--ratings-per-session",
+        type=int,
+        default=limits.per_session,
+        help="ratings of one browser session that count; past it they are kept but teach nothing "
+        f"(default {limits.per_session})",
+    )
+    p.add_argument(
+        "--ratings-per-hour",
+        type=int,
+        default=limits.per_hour,
+        help=f"ratings of one rater an hour that count (default {limits.per_hour})",
+    )
+
+
 def server_options(p: argparse.ArgumentParser, default_model: str) -> None:
     """The model and the server a command uses (its own managed server unless --vllm-url)."""
     p.add_argument("--model", default=default_model, help=MODEL_HELP)
-    p.add_argument("--vllm-url", help="use this running vLLM server instead of starting one")
+    p.add_argument(
+        "--vllm-url",
+        help="use this running vLLM server instead of starting one (several: comma-separated)",
+    )
     p.add_argument("--served-name", default="base", help="the server's name for the base model")
 
 
@@ -269,7 +292,9 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
         help="rollback, ship: the kind of work whose versions (each kind has its own active one)",
     )
     p.add_argument("--json", action="store_true", help="list: one JSON object per version")
-    p.add_argument("--vllm-url", help="also load the version into this running server")
+    p.add_argument(
+        "--vllm-url", help="also load the version into this running server (or these: URL,URL)"
+    )
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
     p.add_argument(
         "--out",

@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.web import build_app, launch_app
     from learner.config import TrainArgs
     from learner.worker import LearnerWorker, Schedule
-    from store import open_db, recover_interrupted
+    from store import RatingLimits, open_db, recover_interrupted
 
     allow_weak_sandbox(args)
     password = admin_password_from(args.admin_password_file)
@@ -92,6 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         context = AppContext(
             client, db_path=args.db, learner=learner, admin_password=password,
             max_agents=args.agents,
+            rating_limits=RatingLimits(args.ratings_per_session, args.ratings_per_hour),
         )  # fmt: skip
         demo = build_app(context)
         # the writers' combiner embeds sentences: loaded now, not in the first co-write

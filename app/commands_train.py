@@ -103,11 +103,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_adapters(args: argparse.Namespace) -> int:
-    from agents.serving.policy import PolicyClient
+    from agents.serving.server import connect
     from learner.registry import adapter_name, promote, rollback
     from store import adapter_agents, adapter_lineage, agent_label, open_db
 
-    client = PolicyClient(args.vllm_url) if args.vllm_url else None
+    client = connect(args.vllm_url) if args.vllm_url else None
     with open_db(args.db) as db:
         if args.action == "list":
             rows = [row for agent in adapter_agents(db) for row in adapter_lineage(db, agent)]

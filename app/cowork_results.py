@@ -290,6 +290,7 @@ class ResultsArea:
             updates[self.rating_panel] = gr.update(visible=ok)
             if ok:
                 updates[self.status] += "\n\n" + answered_by(self.ctx, episode.episode_id)
+            updates[self.status] += servers_out(self.ctx)
             if self.code:
                 updates[self.tests_view] = tests_markdown(episode) if ok else ""
         return updates
@@ -305,7 +306,7 @@ class ResultsArea:
                 episode.status(),
             ]
             if episode.finished and episode.result is not None and not episode.error:
-                lines.append(answered_by(self.ctx, episode.episode_id))
+                lines.append(answered_by(self.ctx, episode.episode_id) + servers_out(self.ctx))
             updates[status] = "\n\n".join(lines)
             if episode.result is not None:
                 updates[view] = episode.output
@@ -367,3 +368,13 @@ class ResultsArea:
             return rating.save_vote(self.ctx, pair, choice, rating.rater_of(request))
 
         return rate
+
+
+def servers_out(ctx: AppContext) -> str:
+    """What the page says of model servers taken out of the rotation (several `--vllm-url`):
+    their calls went to the others."""
+    out = ctx.client.taken_out()
+    return "".join(
+        f"\n\n⚠ The model server at {url} stopped answering ({why}); its calls go to the others."
+        for url, why in out.items()
+    )

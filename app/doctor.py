@@ -10,7 +10,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from agents.serving.models import PRESETS, ModelError, model_provenance, resolve_model, sha256_of
-from agents.serving.policy import PolicyClient
 from store.paths import coteam_home, models_dir, venv_python
 
 MIN_FREE_GB = 5
@@ -83,13 +82,10 @@ def check_model(spec: str) -> tuple[bool, str]:
 def check_server(url: str | None) -> tuple[bool, str]:
     if not url:
         return True, "vLLM health: no --vllm-url given (`coteam serve` starts its own server)"
-    from agents.serving.server import ServerError, check_key
+    from agents.serving.server import ServerError, connect
 
-    client = PolicyClient(url)
-    if not client.healthy():
-        return False, f"vLLM at {url} is not healthy (GET /health failed)"
     try:
-        check_key(client)
+        client = connect(url)  # several comma-separated URLs: every one is checked
     except ServerError as e:
         return False, str(e)
     return True, f"vLLM at {url} healthy, models: {', '.join(m['id'] for m in client.models())}"

@@ -66,11 +66,37 @@ def pairs_markdown(ctx: AppContext, name: str | None) -> str:
         return f"No prompt has been answered by both {name} and the version before it yet."
     previous = f"v{row['parent_version']}" if row["parent_version"] else "the base model"
     blocks = [
-        f"**Prompt:** {_clip(p['prompt'])}\n\n*Before ({previous}):*\n\n"
-        f"```\n{_clip(p['before'])}\n```\n\n*After ({name}):*\n\n```\n{_clip(p['after'])}\n```"
+        f"**Prompt:** {_clip(p['prompt'])}\n\n"
+        f"*Before ({previous}{outcome(p['before_rewards'])}):*\n\n```\n{_clip(p['before'])}\n```"
+        f"\n\n*After ({name}{outcome(p['after_rewards'])}):*\n\n```\n{_clip(p['after'])}\n```"
         for p in pairs
     ]
-    return "\n\n---\n\n".join(blocks)
+    return learnt(row, name) + "\n\n" + "\n\n---\n\n".join(blocks)
+
+
+def learnt(row: dict, name: str) -> str:
+    """One line: how many ratings the version learnt from, their weight in its reward, and its
+    team's score on the gate's validation problems against the version it was judged with."""
+    metrics, gate = row["metrics"], row["metrics"].get("gate") or {}
+    ratings = metrics.get("ratings_learnt")
+    said = f"**{name}** learnt from {ratings or 'no'} rating(s)"
+    if metrics.get("preference_weight") is not None:
+        said += f" (their weight in its reward: {metrics['preference_weight']:.2f})"
+    if gate.get("candidate_score") is not None and gate.get("active_score") is not None:
+        said += (
+            f"; on the gate's validation problems its team scored {gate['candidate_score']:.3f}"
+            f" against {gate['active_score']:.3f} for the team it was judged with"
+        )
+    return said + "."
+
+
+def outcome(rewards: dict) -> str:
+    """What the environment said of an answer: the tests it passed, or the writing's verdict."""
+    if rewards.get("asserts_total"):
+        return f", tests passed {rewards['asserts_passed']:.0f} of {rewards['asserts_total']:.0f}"
+    if "verdict" in rewards:
+        return ", the writing's checks passed" if rewards["verdict"] else ", the checks not met"
+    return ""
 
 
 def answered_by(ctx: AppContext, episode_id: int | None) -> str:

@@ -243,24 +243,37 @@ def active_adapters(db: Database, kind: str) -> dict[int, dict]:
 
 def answers_before_after(db: Database, agent: int, version: int, limit: int) -> list[dict]:
     """Prompts answered both by this version of `agent` and by the one before it (its parent,
-    or the base model), newest task first: `prompt`, `before`, `after` (the latest ok answers).
-    The gate runs both teams on the same validation tasks, so every gated version has some."""
+    or the base model), newest task first: `prompt`, `before`, `after` (the latest ok answers)
+    and their episodes' ids and reward components (`before_rewards`, `after_rewards`: {name:
+    value}). The gate runs both teams on the same validation tasks, so every gated version has
+    some."""
     parent = get_adapter(db, agent, version)["parent_version"] or 0
     by = "json_extract(e.adapter_versions, '$[' || :agent || ']')"
-    return rows(
+    latest = (
+        "SELECT id FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok' AND {by} = {v}"
+        " ORDER BY e.id DESC LIMIT 1"
+    )
+    found = rows(
         db,
         f"""
-        SELECT t.prompt,
-            (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
-             AND {by} = :parent ORDER BY e.id DESC LIMIT 1) AS before,
-            (SELECT final_output FROM episodes e WHERE e.task_id = t.id AND e.status = 'ok'
-             AND {by} = :version ORDER BY e.id DESC LIMIT 1) AS after
+        SELECT t.prompt, b.id AS before_id, b.final_output AS before,
+            a.id AS after_id, a.final_output AS after
         FROM tasks t
-        WHERE before IS NOT NULL AND after IS NOT NULL
+        JOIN episodes b ON b.id = ({latest.format(by=by, v=":parent")})
+        JOIN episodes a ON a.id = ({latest.format(by=by, v=":version")})
         ORDER BY t.id DESC LIMIT :limit
         """,
         {"agent": agent, "version": version, "parent": parent, "limit": limit},
     )
+    for pair in found:
+        for side in ("before", "after"):
+            pair[f"{side}_rewards"] = {
+                r["name"]: r["value"]
+                for r in rows(
+                    db, "SELECT name, value FROM rewards WHERE episode_id = ?", [pair[f"{side}_id"]]
+                )
+            }
+    return found
 
 
 def _find(db: Database, agent: int, version: int) -> dict | None:

@@ -26,17 +26,24 @@ def runs_dir(db_path: str | Path | None = None) -> Path:
     return _of_database("runs", db_path)
 
 
+# a directory every model server mounts at the same path, for adapters published to several
+# servers (docs/DEPLOY.md); default: the data directory's adapters/
+ADAPTERS_DIR_ENV = "COTEAM_ADAPTERS_DIR"
+
+
 def adapters_dir(db_path: str | Path | None = None) -> Path:
     """Where one database's adapter versions live (`agentK/vN`): version numbers count per
-    database, so a run on another database never meets a version 1 it did not make."""
-    return _of_database("adapters", db_path)
+    database, so a run on another database never meets a version 1 it did not make. Under
+    `$COTEAM_ADAPTERS_DIR` when it is set, the folder every model server can read."""
+    shared = os.environ.get(ADAPTERS_DIR_ENV)
+    return _of_database("adapters", db_path, Path(shared).expanduser() if shared else None)
 
 
-def _of_database(folder: str, db_path: str | Path | None) -> Path:
-    """`folder` of the home for the default database, `folder/<file name>-<hash of its path>/`
-    for any other."""
+def _of_database(folder: str, db_path: str | Path | None, root: Path | None = None) -> Path:
+    """`root` (default: `folder` of the home) for the default database,
+    `root/<file name>-<hash of its path>/` for any other."""
     path = Path(db_path or default_db_path()).expanduser().resolve()
-    root = coteam_home() / folder
+    root = root or coteam_home() / folder
     if path == default_db_path().resolve():
         return root
     return root / f"{path.stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"

@@ -58,8 +58,8 @@ class InvalidRating(StoreError, ValueError):
 class RatingLimits:
     """How many of one rater's ratings count: per browser session, and per rolling hour."""
 
-    per_session: int = 30
-    per_hour: int = 60
+    per_session: int = 60  # a person may rate the 50 answers a retrain learns a taste from
+    per_hour: int = 120
 
 
 def add_rating(

@@ -73,6 +73,21 @@ def policy(vllm_server):
     return PolicyClient(vllm_server.url, api_key=vllm_server.api_key)
 
 
+COLOUR = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
+
+
+@pytest.fixture(scope="session")
+def two_versions(model_path, tmp_path_factory):
+    """Two real adapters of the model that answer `COLOUR` differently (folders a and b)."""
+    from tests.lora import train_lora
+
+    root = tmp_path_factory.mktemp("trained")
+    v1 = train_lora(model_path, root / "a", COLOUR, "Purple! Purple is my favourite colour.")
+    v2 = train_lora(model_path, root / "b", COLOUR, "Orange. Orange, orange, orange.", seed=1)
+    assert v1 != v2
+    return root / "a", root / "b"
+
+
 @contextmanager
 def adapters_as_found(server: VLLMServer, policy: PolicyClient):
     """Leaves the shared server's adapters as it found them: what the block loaded is unloaded.

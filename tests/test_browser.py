@@ -1,7 +1,7 @@
 """The app in real Chromium (Playwright, the system's /usr/bin/chromium) against the real vLLM
 server: a co-code episode end to end and its ratings in the database, a co-write episode, an A/B
-vote, the history, the admin tab refused and allowed, and a real "Retrain now" whose new adapter
-then serves. Screenshots of each tab go to test-output/screenshots/ at the repository root."""
+vote, the history, the admin tab refused and allowed, and 50 votes for a taste then a real
+"Retrain now" whose new adapter learnt from them, is shown with its change, and serves. Screenshots of each tab go to test-output/screenshots/ at the repository root."""
 
 import json
 import os
@@ -332,12 +332,41 @@ def test_admin_tab_stays_locked_when_no_password_is_configured(vllm_server, mode
         locked.stop()
 
 
+VOTES = 50  # what a person gives before a retrain learns a taste (issue 56)
+
+
+def vote_for_a_taste(page, db: Path, votes: int = VOTES) -> None:
+    """A scripted rater votes through the History tab's A/B queue, `votes` times, for the answer
+    with a comment, on stored pairs of answers (made here: the same code with and without one)."""
+    with store.open_db(db) as db_:
+        for k in range(votes):
+            prompt = f'def add_{k}(x: int) -> int:\n    """Return x plus {k}."""\n'
+            task = store.create_task(db_, "coding", prompt)
+            for comment in ("", f"    # {k} is the offset the docstring asks for\n"):
+                code = f"def add_{k}(x: int) -> int:\n{comment}    return x + {k}\n"
+                episode = store.start_episode(db_, task, shape="parallel", roles=["a", "b"])
+                store.finish_episode(db_, episode, code)
+    open_tab(page, "History")
+    page.locator("#rate-show").click()
+    for _ in range(votes):
+        expect(page.locator("#rate-task")).to_contain_text("def add_")
+        shown = re.search(r"Task #\d+", page.locator("#rate-task").inner_text()).group()
+        left = "is the offset" in page.locator("#rate-left").inner_text()
+        page.locator(f"#rate-vote-{'left' if left else 'right'}").click()
+        expect(page.locator("#rate-task")).not_to_contain_text(shown)  # the next pair
+    expect(page.locator("#rate-status")).to_contain_text("Saved rating")
+    expect(page.locator("#rate-status")).not_to_contain_text("will not steer training")
+
+
 def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, model_path):
-    """A new installation serves the shipped team; a real training run with tiny settings makes
-    the next version, which then serves. The run loads the model in the app (about 3-6 GB) and
-    takes minutes on a 2-core CPU."""
+    """A new installation serves the shipped team; a person votes 50 times for a taste, and a
+    real training run with tiny settings, started from the admin tab, learns from those votes and
+    makes the next version, which is promoted, shown in "What your ratings changed" with its
+    answers before and after, and then serves the next episode. The run loads the model in the
+    app (about 3-6 GB) and takes minutes on a 2-core CPU."""
     if psutil.virtual_memory().available < 6 * 2**30:
         pytest.skip("less than 6 GiB of memory free for training the model in the app")
+    vote_for_a_taste(page, app.db)
     # a new installation serves the shipped team when it serves the model the team was trained on
     card = json.loads((SHIPPED / CARD).read_text()) if (SHIPPED / CARD).is_file() else None
     trained_on_this = card and card["base_model"]["sha256"] == (
@@ -376,11 +405,20 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, m
     expect(page.locator("#admin-adapters")).to_contain_text(f"agent1-v{new[0]}")
     expect(page.locator("#admin-learner-status")).to_contain_text(f"agent1-v{new[0]}")
     screenshot(page, "admin-trained")
+    learnt = active[0]["metrics"]["ratings_learnt"]
+    assert learnt >= VOTES  # every vote counted (and the earlier tests' ratings of code)
+    page.locator("#admin-rating-refresh").click()  # what your ratings changed
+    expect(page.locator("#admin-rating-changes")).to_contain_text(f"agent1-v{new[0]}")
+    pairs = page.locator("#admin-rating-pairs")
+    expect(pairs).to_contain_text(f"agent1-v{new[0]} learnt from {learnt} rating(s)")
+    expect(pairs).to_contain_text(f"After (agent1-v{new[0]}")  # a gate problem, both answers
+    screenshot(page, "admin-ratings-changed")
 
     open_tab(page, "Co-code")  # the next episode runs on the new versions
     set_number(page, "cocode-max-tokens", 64)
     page.locator("#cocode-run").click()
     status = wait_for_episode(page, "cocode")
-    expect(page.locator("#cocode-pane-0")).to_contain_text(f"agent0-v{new[0]}")
+    expect(page.locator("#cocode-pane-0")).to_contain_text(f"agent1-v{new[0]}")
+    expect(page.locator("#cocode-status")).to_contain_text(f"from {learnt} rating(s)")
     with store.open_db(app.db) as db:
         assert store.get_episode(db, episode_id_in(status))["adapter_versions"] == new

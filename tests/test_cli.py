@@ -67,7 +67,7 @@ def test_doctor_names_a_vllm_environment_without_coteams_plugin(tmp_path):
 def test_doctor_reports_an_unreachable_server():
     result = coteam("doctor", "--vllm-url", f"http://127.0.0.1:{free_port()}")
     assert result.returncode == 1
-    assert "is not healthy" in result.stdout
+    assert "no healthy vLLM server at http://127.0.0.1:" in result.stdout
 
 
 def test_unknown_model_is_a_clear_error():

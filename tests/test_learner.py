@@ -24,12 +24,11 @@ from learner.config import MAGRPOConfig, TrainArgs
 from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
 from learner.rewards import score_group
 from learner.train import rollout_group, train, training_tasks
-from tests.conftest import adapters_as_found
-from tests.lora import train_lora
+from tests.conftest import COLOUR, adapters_as_found
 
 pytestmark = pytest.mark.integration
 
-PROMPT = [{"role": "user", "content": "Name one primary colour. Answer in one word."}]
+PROMPT = COLOUR
 
 
 @pytest.fixture(autouse=True)
@@ -37,16 +36,6 @@ def server_as_found(vllm_server, policy):
     """Each test leaves the shared server's adapters as it found them."""
     with adapters_as_found(vllm_server, policy):
         yield
-
-
-@pytest.fixture(scope="module")
-def two_versions(model_path, tmp_path_factory):
-    """Two real adapters for agent 0 that answer differently."""
-    root = tmp_path_factory.mktemp("trained")
-    v1 = train_lora(model_path, root / "a", PROMPT, "Purple! Purple is my favourite colour.")
-    v2 = train_lora(model_path, root / "b", PROMPT, "Orange. Orange, orange, orange.", seed=1)
-    assert v1 != v2
-    return root / "a", root / "b"
 
 
 def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):

@@ -33,15 +33,21 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
         shared, only_new = (store.create_task(db, "coding", p) for p in ("def f():", "def g():"))
         answer(db, shared, "base answer", [0, 0])
         answer(db, shared, "v1 answer", [1, 1])
-        answer(db, shared, "v2 answer", [2, 1])
+        v2_answer = answer(db, shared, "v2 answer", [2, 1])
+        store.record_rewards(db, v2_answer, {"asserts_passed": 3, "asserts_total": 4}, 0.5, {})
         answer(db, only_new, "v2 alone", [2, 0])
-        assert store.answers_before_after(db, 0, 2, 3) == [
-            {"prompt": "def f():", "before": "v1 answer", "after": "v2 answer"}
-        ]
+        [pair] = store.answers_before_after(db, 0, 2, 3)
+        assert (pair["prompt"], pair["before"], pair["after"]) == (
+            "def f():",
+            "v1 answer",
+            "v2 answer",
+        )
+        assert pair["after_rewards"] == {"asserts_passed": 3.0, "asserts_total": 4.0}
         assert (
             store.answers_before_after(db, 0, 1, 3)[0]["before"] == "base answer"
         )  # parent: the base
         rated = answer(db, shared, "served", [2, 0])
+        store.record_rewards(db, rated, {"asserts_passed": 4, "asserts_total": 4}, 0.9, {})
 
     table = rating_changes(ctx)["data"]
     assert [row[0] for row in table] == ["agent2-v1", "agent1-v2", "agent1-v1"]
@@ -50,7 +56,13 @@ def test_each_version_shows_its_ratings_its_held_out_change_and_answers_before_a
 
     shown = pairs_markdown(ctx, "agent1-v2")
     assert "Before (v1)" in shown and "v1 answer" in shown and "served" in shown  # the latest
-    assert "Before (the base model)" in pairs_markdown(ctx, "agent2-v1")
+    assert shown.startswith(
+        "**agent1-v2** learnt from 9 rating(s) (their weight in its reward: 0.32)"
+    )
+    assert (
+        "scored 0.600 against 0.700" in shown and "After (agent1-v2, tests passed 4 of 4)" in shown
+    )
+    assert "Before (the base model, tests passed 4 of 4)" in pairs_markdown(ctx, "agent2-v1")
     with store.open_db(ctx.db_path) as db:
         store.register_adapter(db, 0, "/a/v3", parent=2)
     assert "No prompt" in pairs_markdown(ctx, "agent1-v3")

@@ -59,10 +59,13 @@ class FakeClient(ScriptedPolicy):
 
     def __init__(self, respond=reply, up=True):
         super().__init__(respond)
-        self.base_url, self.up, self.loaded = "http://fake", up, {}
+        self.base_url, self.up, self.loaded, self.out = "http://fake", up, {}, {}
 
     def healthy(self):
         return self.up
+
+    def taken_out(self):
+        return self.out
 
     def list_adapters(self):
         return list(self.loaded)
@@ -319,6 +322,13 @@ def test_a_promoted_adapter_serves_the_next_episode(ctx, tmp_path):
     page = last(tab.run(form(tab)))
     assert {r.adapter for r in ctx.client.requests} == {"agent1-v1", "agent2-v1"}
     assert "agent1-v1" in page[view.panes[0]]["label"]
+    assert "stopped answering" not in page[view.status]
+    ctx.client.out = {"http://b:8000": "Connection error."}  # one of several servers died
+    page = last(tab.run(form(tab)))
+    assert (
+        "⚠ The model server at http://b:8000 stopped answering (Connection error.)"
+        in (page[view.status])
+    )
     assert "version 1" in str(tab.refresh_adapters()[0])
     with store.open_db(ctx.db_path) as db:
         assert store.get_episode(db, page[view.episode_id])["adapter_versions"] == [1, 1]

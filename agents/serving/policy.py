@@ -44,6 +44,9 @@ class Request:
     logprobs: bool = False  # also return token ids and the sampling log-probabilities (learner)
     repetition_penalty: float = 1.0  # vLLM's (>1 discourages repeating tokens already present)
     min_tokens: int = 0  # vLLM's: no end token (or stop token) before this many tokens
+    # the asking agent's index in its team: a pool of servers sends one agent's calls to one
+    # server, where its prompt's prefix is cached (`agents.serving.pool`)
+    agent: int | None = None
     # a stop decided on the text as it streams: given the completion so far, where it ends (a
     # position in it) or None to go on; the call is then ended and the text cut (`pieces_kept`)
     stop_when: Callable[[str], int | None] | None = field(default=None, repr=False)
@@ -231,6 +234,10 @@ class PolicyClient:
             return httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def taken_out(self) -> dict[str, str]:
+        """Servers taken out of the rotation (a pool's; one server is never taken out)."""
+        return {}
 
 
 def _options(request: Request) -> dict:

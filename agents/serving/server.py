@@ -29,6 +29,7 @@ import httpx
 
 from agents.serving.models import provision_model
 from agents.serving.policy import API_KEY_ENV, PolicyClient
+from agents.serving.pool import ServerPool
 from store.paths import logs_dir, venv_python
 
 log = logging.getLogger(__name__)
@@ -307,27 +308,48 @@ def check_key(client: PolicyClient) -> None:
         )
 
 
+def connect(urls: str, served_name: str = "base") -> PolicyClient | ServerPool:
+    """A client of the running vLLM server at `urls`, or of several (comma-separated URLs: a
+    `ServerPool`, the replicas of one base model); `COTEAM_VLLM_API_KEY` holds one key for all
+    or one per URL, comma-separated in the same order. Every server must answer /health and
+    take its key (ServerError otherwise)."""
+    found = [u.strip() for u in urls.split(",") if u.strip()]
+    keys = [k.strip() for k in (os.environ.get(API_KEY_ENV) or "EMPTY").split(",")]
+    if not found:
+        raise ServerError("--vllm-url names no server")
+    if len(keys) not in (1, len(found)):
+        raise ServerError(
+            f"{API_KEY_ENV} holds {len(keys)} keys for {len(found)} servers: give one key for "
+            "all, or one per URL in the same order"
+        )
+    clients = []
+    for url, key in zip(found, keys * len(found) if len(keys) == 1 else keys, strict=True):
+        client = PolicyClient(url, base_model=served_name, api_key=key)
+        if not client.healthy():
+            raise ServerError(f"no healthy vLLM server at {url} (GET /health failed)")
+        check_key(client)
+        clients.append(client)
+    return clients[0] if len(clients) == 1 else ServerPool(clients)
+
+
 @contextlib.contextmanager
 def connect_or_start(
     url: str | None,
     config: ServerConfig,
     *,
     progress: Callable[[str], None] = print,
-) -> Iterator[PolicyClient]:
+) -> Iterator[PolicyClient | ServerPool]:
     """A client of the vLLM server at `url`, or of one started here from `config` and stopped
     when the block ends: the one place that decides between the two.
 
-    `url`: a running server, which must answer /health (ServerError otherwise); its base model
-    is `config.served_name`, its API key `COTEAM_VLLM_API_KEY`. Without `url`, `config.model` is made ready (`provision_model`) and
+    `url`: a running server, or several comma-separated (`connect`), which must answer /health
+    (ServerError otherwise); its base model is `config.served_name`, its API key
+    `COTEAM_VLLM_API_KEY`. Without `url`, `config.model` is made ready (`provision_model`) and
     served; `progress` gets the start-up lines, and a server that dies and restarts gets its
     adapters loaded again.
     """
     if url:
-        client = PolicyClient(url, base_model=config.served_name)
-        if not client.healthy():
-            raise ServerError(f"no healthy vLLM server at {url} (GET /health failed)")
-        check_key(client)
-        yield client
+        yield connect(url, config.served_name)
         return
     model = provision_model(config.model, log=progress)
     server = VLLMServer(replace(config, model=str(model)))

@@ -193,6 +193,7 @@ def act(team: Team, view: View) -> dict:
     request = Request(
         messages=view["messages"],
         adapter=team.adapters[agent],
+        agent=agent,
         max_tokens=s.max_tokens if share is None else min(s.max_tokens, share),
         temperature=s.temperature,
         top_p=s.top_p,
