@@ -14,8 +14,13 @@ answered before and after.
                     most A/B pairs of a property that one answer in three has are ties
 
     rater prefers   prefers the program that has the property; a tie when both or neither do
+    rater averse    prefers the program without it (the mirror of prefers)
+    rater counter   (default) the counterbalanced experiment: the arms prefers and averse, from
+                    one start, on the same rated episodes; the effect is their divergence on the
+                    held-out prompts (drift common to both cancels). Run it with several --seed
+                    values and --replot the JSON files: a paired sign test over prompts x seeds
     rater none      the control: a coin flip, no preference
-    rater both      (default) the two arms of one experiment: the same rated episodes, the same
+    rater both      the two arms of one experiment: the same rated episodes, the same
                     start and the same before-measurement; each arm adds its own votes to its own
                     copy of the database and retrains from it, and the arms' answers after their
                     retrains are compared with each other, prompt by prompt: what the preference
@@ -51,7 +56,8 @@ whose samples differ in the property, and the preference term's gap there.
 
 Everything runs in a temporary COTEAM_HOME (its own databases and adapter registries).
 
-Usage: python bench/ratings.py [--rater both|all|prefers|none|unrated] [--task coding|summary]
+Usage: python bench/ratings.py [--rater counter|both|all|prefers|averse|none|unrated]
+                               [--task coding|summary] [--seed 0]
                                [--property NAME] [--rating ab|thumbs] [--candidates 2]
                                [--ratings 4] [--held-out 4]
                                [--samples 1] [--concurrency 4]
@@ -158,7 +164,9 @@ PROPERTIES = {
         "opens-with-the": opens_with_the,
     },
 }
-ARMS = ["prefers", "none", "unrated"]  # the rater, the coin-flip control, no ratings
+# the rater, its mirror, the coin-flip control, no ratings
+ARMS = ["prefers", "averse", "none", "unrated"]
+RATERS = {"counter": ["prefers", "averse"], "both": ["prefers", "none"], "all": ARMS}
 # what the rater gives (--rating): answers sampled per rated task, and the name in reports
 RATING_KINDS = {"ab": (2, "A/B"), "thumbs": (1, "thumbs")}
 
@@ -168,14 +176,14 @@ def vote(rater: str, has, left: str, right: str, rng: random.Random) -> str:
     if rater == "none":
         return rng.choice(["left", "right"])
     a, b = has(left), has(right)
-    return "tie" if a == b else ("left" if a else "right")
+    return "tie" if a == b else ("left" if a == (rater == "prefers") else "right")
 
 
 def thumb(rater: str, has, output: str, rng: random.Random) -> int:
     """The simulated rater's thumb on one answer: +1 (up) or -1 (down)."""
     if rater == "none":
         return rng.choice([1, -1])
-    return 1 if has(output) else -1
+    return 1 if has(output) == (rater == "prefers") else -1
 
 
 def team(task, sampling: Sampling, adapters=None) -> EpisodeSetup:
@@ -276,6 +284,7 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
             tasks_per_step=2,
             max_new_tokens=args.max_tokens,
             learning_rate=args.learning_rate,
+            seed=args.seed,
         ),
         weights=RewardWeights(human=args.human_weight, human_full_skill=args.human_full_skill),
     )
@@ -333,7 +342,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
     """Shared: the before-measurement and the rated episodes. Then per arm (a rater): its own
     home and copy of the database, its votes, its retrain, its after-measurement."""
     has = PROPERTIES[args.task][args.property]
-    raters = {"both": ["prefers", "none"], "all": ARMS}.get(args.rater, [args.rater])
+    raters = RATERS.get(args.rater, [args.rater])
     held_out = split_tasks(args.task, "held_out")[: args.held_out]
     t0 = time.perf_counter()
     shared = home / "shared" / "coteam.db"
@@ -398,6 +407,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         "before": before,
         "arms": arms,
         "seconds": round(time.perf_counter() - t0, 1),
+        "seed": args.seed,
         "code": code_revision(),  # which φ, penalties and blend the run measured
     }
 
@@ -466,6 +476,7 @@ def report(figures: dict) -> str:
                 f"{100 * rates(arm['after'])[key]:5.1f}%  (sign test p = {sign_test(b, a):.3f})"
             )
     for mine, theirs, what in (
+        ("prefers", "averse", "the counterbalanced arms: preferring it against its absence"),
         ("prefers", "none", "the rater's arm against the control's"),
         ("none", "unrated", "the control's arm against the unrated one"),
     ):
@@ -504,6 +515,9 @@ def across(runs: list[dict], names: list[str]) -> str:
     lines = []
     for prop in sorted({f["property"] for f in runs}):
         mine = [(f, name) for f, name in zip(runs, names, strict=True) if f["property"] == prop]
+        lines += counterbalanced(
+            prop, [(f, n) for f, n in mine if {"prefers", "averse"} <= f["arms"].keys()]
+        )
         both = [(f, name) for f, name in mine if {"prefers", "none"} <= f["arms"].keys()]
         if both:  # a row per run; the median where there are two or more
             width = max(len(name) for _, name in both)
@@ -537,6 +551,37 @@ def across(runs: list[dict], names: list[str]) -> str:
                     f"{spread['property']:.1f} points of the property, {spread['pass']:.1f} of pass"
                 )
     return "\n".join(lines)
+
+
+def counterbalanced(prop: str, runs: list[tuple[dict, str]]) -> list[str]:
+    """The counterbalanced runs of one property (each a seed): the arms' divergence on the
+    property (preferring it − preferring its absence, after both retrains) and each arm's pass
+    change, per run; then the divergence over every prompt of every run with its sign test."""
+    if not runs:
+        return []
+    lines = [
+        f"{prop}, counterbalanced, {len(runs)} run(s), in points (divergence: the arm preferring "
+        "it − the arm preferring its absence, after; pass: after − before):",
+        f"  {'run':12s} {'seed':>5s} {'divergence':>11s} {'pass prefers':>13s} {'pass averse':>12s}",
+    ]
+    ours, theirs = [], []
+    for f, name in runs:
+        before = rates(f["before"])
+        arms = {arm: rates(f["arms"][arm]["after"]) for arm in ("prefers", "averse")}
+        lines.append(
+            f"  {name[:12]:12s} {f.get('seed', 0):>5} "
+            f"{100 * (arms['prefers']['property'] - arms['averse']['property']):+11.1f} "
+            f"{100 * (arms['prefers']['pass'] - before['pass']):+13.1f} "
+            f"{100 * (arms['averse']['pass'] - before['pass']):+12.1f}"
+        )
+        ours += [m["property"] for m in f["arms"]["prefers"]["after"]]
+        theirs += [m["property"] for m in f["arms"]["averse"]["after"]]
+    pooled = 100 * (sum(ours) - sum(theirs)) / len(ours)
+    lines.append(
+        f"  over {len(ours)} prompts x runs: divergence {pooled:+.1f} points, "
+        f"sign test p = {sign_test(theirs, ours):.3g}"
+    )
+    return lines
 
 
 def run_label(figures: dict) -> str:
@@ -585,7 +630,7 @@ def plot(runs: list[dict], path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=os.environ.get("COTEAM_MODEL", DEFAULT_MODEL))
-    parser.add_argument("--rater", choices=["both", "all", *ARMS], default="both")
+    parser.add_argument("--rater", choices=[*RATERS, *ARMS], default="counter")
     parser.add_argument(
         "--task", choices=sorted(PROPERTIES), default="coding", help="the curated set rated on"
     )
@@ -630,7 +675,9 @@ def main() -> None:
         default=RewardWeights.human_full_skill,
         help="the preference model's skill at which its weight reaches --human-weight",
     )
-    parser.add_argument("--seed", type=int, default=0, help="the control rater's coin flips")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the retrains' seed and the control's coin flips"
+    )
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--plot", help="also draw before/after bars into this PNG")

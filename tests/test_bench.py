@@ -119,6 +119,36 @@ def test_the_thumbs_rater_thumbs_up_its_taste_and_the_control_flips_a_coin():
         assert set(coin) == {1, -1}
 
 
+def test_the_counterbalanced_arms_vote_opposite_ways_and_their_divergence_is_reported():
+    """`bench/ratings.py --rater counter`: the averse rater is the mirror of the one who prefers
+    the property (the same ties), and several seeds' runs pool into one paired test."""
+    ratings = ratings_bench()
+    commented, rng = ratings.PROPERTIES["coding"]["commented"], random.Random(0)
+    plain, noted = "def f():\n    return 1\n", "def f():\n    # one\n    return 1\n"
+    for left, right, prefers in (
+        (plain, noted, "right"),
+        (noted, plain, "left"),
+        (plain, plain, "tie"),
+    ):
+        assert ratings.vote("prefers", commented, left, right, rng) == prefers
+        averse = {"left": "right", "right": "left", "tie": "tie"}[prefers]
+        assert ratings.vote("averse", commented, left, right, rng) == averse
+    assert [ratings.thumb("averse", commented, t, rng) for t in (noted, plain)] == [-1, 1]
+
+    def run(seed, prefers, averse):
+        after = lambda props: [{"property": p, "pass": 0.5} for p in props]  # noqa: E731
+        return {
+            "property": "commented", "seed": seed, "before": after([0.5] * 4), "samples": 1,
+            "prompts": ["HumanEval/0", "HumanEval/1", "HumanEval/2", "HumanEval/3"],
+            "arms": {"prefers": {"after": after(prefers)}, "averse": {"after": after(averse)}},
+        }  # fmt: skip
+
+    runs = [run(0, [1, 1, 0.5, 1], [0, 0, 0.5, 0]), run(1, [1, 1, 1, 1], [0, 0, 0, 1])]
+    said = ratings.across(runs, ["seed0", "seed1"])
+    assert "commented, counterbalanced, 2 run(s)" in said
+    assert "over 8 prompts x runs: divergence +75.0 points, sign test p = 0.0312" in said
+
+
 def test_a_ratings_run_names_the_code_it_measured():
     """Runs at one N read alike in the plot unless each names its commit (φ, penalties and the
     blend changed between runs of the same command)."""
