@@ -236,7 +236,7 @@ def _add_eval_command(sub: argparse._SubParsersAction, default_model: str) -> No
         "--adapters",
         action="append",
         metavar="NAME=A0,A1",
-        help="a variant: NAME and the adapter of agent 0, 1, ... (e.g. v3=agent0-v3,agent1-v3); "
+        help="a variant: NAME and the adapter of agent 1, 2, ... (e.g. v3=agent1-v3,agent2-v3); "
         "repeatable; the base model ('base') always runs too and is what variants are tested "
         "against. Adapters the server lacks are loaded from the registry by their agentK-vN name",
     )

@@ -51,7 +51,7 @@ def rating_changes(ctx: AppContext) -> dict:
 
 
 def pairs_markdown(ctx: AppContext, name: str | None) -> str:
-    """The before/after pairs of the version named `name` (e.g. agent0-v2), as Markdown."""
+    """The before/after pairs of the version named `name` (e.g. agent1-v2), as Markdown."""
     if not name:
         return "Pick a version to see its answers next to the previous version's."
     row = next(

@@ -67,7 +67,7 @@ HEALTH_POLL_S = 5.0  # how often a group waiting for a restarted server asks /he
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """`NAME=agent0-v3,agent1-v3` -> ("NAME", ("agent0-v3", "agent1-v3")); `base` alone for none."""
+    """`NAME=agent1-v3,agent2-v3` -> ("NAME", ("agent1-v3", "agent2-v3")); `base` alone for none."""
     name, _, adapters = text.partition("=")
     if not name or (not adapters and name != BASE_VARIANT):
         raise EvalError(f"--adapters {text!r}: expected NAME=ADAPTER0,ADAPTER1,...")

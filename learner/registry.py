@@ -122,7 +122,7 @@ def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) ->
     return rows
 
 
-def ship(db: Database, model: str | Path, out: Path = SHIPPED, kind: str = "coding") -> dict:
+def ship(db: Database, model: str | Path, out: Path, kind: str) -> dict:
     """Write the active team of `kind` as the team CoTeam ships: each agent's active adapter into
     `out`/agentK/ (PEFT config, weights in bf16: half the size, as vLLM serves them) and
     `out`/card.json, which says what it is (the base model's name and sha256, each agent's

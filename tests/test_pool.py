@@ -138,7 +138,7 @@ def test_connect_takes_one_key_for_all_servers_or_one_each(monkeypatch):
 
 @pytest.mark.integration
 def test_two_real_servers_serve_a_team_through_a_swap_and_a_kill(
-    vllm_server, policy, model_path, two_versions, home, tmp_path
+    vllm_server, policy, model_path, two_versions, tmp_path, monkeypatch
 ):
     """A second CPU vLLM server beside the suite's: both agents' versions are loaded on both,
     the team's episodes run while a new version is promoted and then while the second server
@@ -147,10 +147,12 @@ def test_two_real_servers_serve_a_team_through_a_swap_and_a_kill(
         ServerConfig(model=str(model_path), agents=2, kv_cache_gb=1, max_restarts=0),
         log_path=tmp_path / "second.log",
     )
-    second.start()
+    second.start()  # from the vLLM environment of the real home, before the test's own home
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path / "home"))
     try:
         with adapters_as_found(vllm_server, policy):
-            run_through_a_swap_and_a_kill(policy, second, two_versions, home / "coteam.db")
+            db_path = tmp_path / "home" / "coteam.db"
+            run_through_a_swap_and_a_kill(policy, second, two_versions, db_path)
     finally:
         second.stop()
 
