@@ -15,13 +15,13 @@ from agents.judge.testrun import TEST_TIMEOUT_S  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.serving.policy import PolicyError  # noqa: E402
 from agents.serving.server import ServerError  # noqa: E402
-from agents.team.roles import SHAPES  # noqa: E402
+from agents.team.roles import MAX_AGENTS, SHAPES  # noqa: E402
 from app.commands_episode import cmd_episode, cmd_eval  # noqa: E402
 from app.commands_serve import cmd_check, cmd_doctor, cmd_export, cmd_serve, cmd_setup  # noqa: E402
 from app.commands_train import cmd_adapters, cmd_learner, cmd_train  # noqa: E402
 from learner.config import EvalConfig, TrainArgs  # noqa: E402
 from learner.flags import add_flags  # noqa: E402
-from store import RatingLimits, StoreError  # noqa: E402
+from store import WORK_KINDS, RatingLimits, StoreError  # noqa: E402
 
 MODEL_HELP = (
     f"a preset ({', '.join(PRESETS)}), a local Hugging Face folder, or a hub id "
@@ -282,12 +282,15 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
     )
     p.add_argument("action", choices=["list", "promote", "rollback", "ship"])
     p.add_argument(
-        "--agent", type=int, choices=range(1, 5), help="agent number (1, 2, ...), as on the page"
+        "--agent",
+        type=int,
+        choices=range(1, MAX_AGENTS + 1),
+        help="agent number (1, 2, ...), as on the page",
     )
     p.add_argument("--version", type=int, help="version to promote")
     p.add_argument(
         "--kind",
-        choices=["coding", "writing"],
+        choices=WORK_KINDS,
         default="coding",
         help="rollback, ship: the kind of work whose versions (each kind has its own active one)",
     )
