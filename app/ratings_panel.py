@@ -95,7 +95,7 @@ def outcome(rewards: dict) -> str:
     if rewards.get("asserts_total"):
         return f", tests passed {rewards['asserts_passed']:.0f} of {rewards['asserts_total']:.0f}"
     if "verdict" in rewards:
-        return ", the writing's checks passed" if rewards["verdict"] else ", the checks not met"
+        return ", the writing's checks " + ("passed" if rewards["verdict"] else "not met")
     return ""
 
 
