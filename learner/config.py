@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, get_args
 
-from agents.tasks import TaskSet
+from agents.tasks import TaskError, TaskSet, fold_label
 from agents.team.roles import DEFAULT_MAX_TOKENS, MAX_TURNS, SHAPES, size_from_setting
 from learner.flags import flag
 from learner.reward_config import RewardWeights, SpeedBudget
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from agents.team.graph import Sampling
 
 JOINT_MODES = ("aligned", "cross")
+FOLD_HELP = (
+    "split HumanEval by fold F/K instead of the fixed split: the problems whose number mod K is "
+    "F-1 held out (1/2: 0, 2, 4, ...), every third of the rest the gate's, the others trained on"
+)
 MAX_CROSS_JOINT = 64  # joint actions a crossed group may score (G = 4: 2 or 3 agents; G = 8: 2)
 
 
@@ -129,6 +133,7 @@ class TrainArgs:
     task_limit: int | None = field(
         default=None, metadata=flag("cycle over the first N training tasks", shown="all")
     )
+    fold: str | None = field(default=None, metadata=flag(FOLD_HELP, shown="the fixed split"))
     magrpo: MAGRPOConfig = field(default_factory=MAGRPOConfig)
     weights: RewardWeights = field(default_factory=RewardWeights)
     budget: SpeedBudget = field(default_factory=SpeedBudget)
@@ -191,7 +196,19 @@ class TrainArgs:
             )
         if self.task_limit is not None and self.task_limit < 1:
             raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")
+        self.fold = checked_fold(self.fold, self.task)
         self.gate.check()
+
+
+def checked_fold(fold: str | None, task_set: str) -> str | None:
+    """A run's fold as it is recorded ("1/2"), or None; refused unless valid and on coding."""
+    try:
+        label = fold_label(fold)
+    except TaskError as e:
+        raise ValueError(f"--fold: {e}") from e
+    if label and task_set != "coding":
+        raise ValueError(f"--fold splits HumanEval only; the {task_set} set has a fixed split")
+    return label
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -226,7 +243,8 @@ class EvalConfig:
     split: str = field(
         default="heldout",
         metadata=flag(
-            "HumanEval 0-31 held out, 32-131 train (132-163 are the gate's validation problems); "
+            "HumanEval 0-31 held out, 32-131 train (132-163 are the gate's validation problems; "
+            "or --fold's); "
             "writing: items 0-29 held out, 30-61 validation, the rest train; longform: every "
             "fourth held out",
             choices=("heldout", "train", "all"),
@@ -242,6 +260,7 @@ class EvalConfig:
     limit: int | None = field(
         default=None, metadata=flag("only the first M tasks of the split", shown="all")
     )
+    fold: str | None = field(default=None, metadata=flag(FOLD_HELP, shown="the fixed split"))
     shapes: tuple[str, ...] = field(
         default=SHAPES,
         metadata=flag("comma-separated team shapes", parse=shape_list, shown=",".join(SHAPES)),
@@ -308,6 +327,10 @@ class EvalConfig:
             raise EvalError(f"--repetition-penalty is 1 (none) to 2, not {self.repetition_penalty}")
         if self.limit is not None and self.limit < 1:
             raise EvalError(f"--limit must be at least 1, not {self.limit}")
+        try:
+            self.fold = checked_fold(self.fold, self.task)
+        except ValueError as e:
+            raise EvalError(str(e)) from e
 
     @property
     def sampling(self) -> Sampling:
@@ -332,6 +355,8 @@ class EvalConfig:
             keys += ("temperature", "top_p", "seed")
         if self.repetition_penalty != 1.0:  # folders from before the option have none
             keys += ("repetition_penalty",)
+        if self.fold:  # nor from before folds
+            keys += ("fold",)
         return {k: getattr(self, k) for k in keys}
 
     def episode_count(self, tasks: int) -> int:

@@ -57,6 +57,7 @@ from learner.coding_reward import defines_with_return, parses
 from learner.config import BASE_VARIANT, SPLITS, WRITING_SETS, EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
+from learner.registry import trained_splits
 from learner.report import write_report
 from learner.rewards import Scored
 from store.paths import default_db_path
@@ -82,9 +83,10 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def eval_tasks(config: EvalConfig) -> list[Task]:
-    """The tasks of the run, from the one split of agents/tasks.py; the first `limit` of them."""
+    """The tasks of the run, from the one split of agents/tasks.py (HumanEval's by the fold, if
+    one is given); the first `limit` of them."""
     task_set = "coding" if config.task == "coding" else WRITING_SETS[config.writing_set]
-    tasks = split_tasks(task_set, SPLITS[config.split])
+    tasks = split_tasks(task_set, SPLITS[config.split], config.fold)
     return tasks[: config.limit] if config.limit else tasks
 
 
@@ -196,6 +198,29 @@ def _check_folder(config: EvalConfig, out_dir: Path) -> None:
     path.write_text(json.dumps(settings, indent=2, default=list) + "\n")
 
 
+def check_held_out(config: EvalConfig, db_path: str | Path | None) -> None:
+    """Refuse to evaluate on held-out problems a variant's adapter (or one it was trained from)
+    was trained on: every registered `agentK-vN` must come from runs on the evaluation's split
+    (the fixed split, or the same fold)."""
+    if SPLITS[config.split] != "held_out":
+        return
+    with store.open_db(db_path) as db:
+        for name in sorted({a for adapters in config.variants.values() for a in adapters if a}):
+            parsed = store.parse_adapter_name(name)
+            try:
+                splits = trained_splits(db, *parsed) if parsed else set()
+            except store.NotFound:
+                continue  # not registered: load_variant_adapters says so
+            other = sorted(str(s or "the fixed split") for s in splits if s != config.fold)
+            if other:
+                held_out = f"fold {config.fold}" if config.fold else "the fixed split"
+                raise EvalError(
+                    f"{name} was trained on the training problems of {', '.join(other)}, "
+                    f"which include held-out problems of {held_out}: evaluate it with the "
+                    "fold it was trained on"
+                )
+
+
 def load_variant_adapters(policy: Any, config: EvalConfig, db_path: str | Path | None) -> None:
     """Load every variant's adapters the server lacks, from the adapter registry (`agentK-vN`
     is agent K's version N)."""
@@ -293,8 +318,9 @@ def evaluate(
     `max_failures` such groups in a row the run stops with the error.
     """
     out_dir = Path(out_dir)
-    _check_folder(config, out_dir)
     db_path = str(db or default_db_path())
+    check_held_out(config, db_path)
+    _check_folder(config, out_dir)
     with store.open_db(db_path) as database:
         store.recover_interrupted(database)  # a killed run leaves its episodes 'running'
     tasks = eval_tasks(config)

@@ -110,14 +110,16 @@ class PreferenceExamples:
         self.pairs.append((x, y, {"left": 1.0, "right": 0.0, "tie": 0.5}[choice]))
 
 
-def preference_examples(db: Database, task_kind: str | None = None) -> PreferenceExamples:
+def preference_examples(
+    db: Database, task_kind: str | None = None, fold: str | None = None
+) -> PreferenceExamples:
     """Every rating in the store that says something about preference, as examples.
 
     `task_kind` ('coding' or 'writing', matching `tasks.kind`) keeps one kind of task; comments
     carry no verdict and are left out, and so are ratings past the rating limits (they are
     kept but do not count, see `store.ratings`), and so are ratings of a curated task of the
-    validation or held-out split (`agents.tasks.evaluation_split`: kept for evaluation, never
-    learnt). An agent's own rating is about its last completion."""
+    validation or held-out split (`agents.tasks.evaluation_split`, HumanEval's by `fold`: kept
+    for evaluation, never learnt). An agent's own rating is about its last completion."""
     where = "AND t.kind = :kind" if task_kind else ""
     ratings = rows(
         db,
@@ -141,7 +143,7 @@ def preference_examples(db: Database, task_kind: str | None = None) -> Preferenc
     by_text: dict[int, list[float]] = defaultdict(list)
     for r in ratings:
         own = r["agent_output"] if r["agent"] is not None else r["output"]
-        if not own or evaluation_split(r["source"], r["source_id"]):
+        if not own or evaluation_split(r["source"], r["source_id"], fold):
             continue
         x = examples.text_index(own)
         if r["kind"] == "pairwise":
@@ -322,16 +324,22 @@ def _entropy(data: _Data) -> float:
     return float(total)
 
 
-def load_preference_model(db: Database, task_kind: str | None = None) -> PreferenceModel | None:
-    """Fit the preference model on every rating of `task_kind` in the store (None: no ratings)."""
-    return fit_preference_model(preference_examples(db, task_kind))
+def load_preference_model(
+    db: Database, task_kind: str | None = None, fold: str | None = None
+) -> PreferenceModel | None:
+    """Fit the preference model on every rating of `task_kind` in the store (None: no ratings),
+    but those of the split's (or `fold`'s) validation and held-out tasks."""
+    return fit_preference_model(preference_examples(db, task_kind, fold))
 
 
-def run_preference_model(db_path, task_set: str, weights: RewardWeights) -> PreferenceModel | None:
+def run_preference_model(
+    db_path, task_set: str, weights: RewardWeights, fold: str | None = None
+) -> PreferenceModel | None:
     """The preference model a training run and its promotion gate blend into the reward, for a
     task set ("coding", or a writing set): fitted on every rating of that kind of task in the
-    store at `db_path`; None when ratings have no weight (`weights.human` 0) or there are none."""
+    store at `db_path` but those of tasks the run's split (HumanEval's by `fold`) keeps for
+    judging; None when ratings have no weight (`weights.human` 0) or there are none."""
     if weights.human <= 0:
         return None
     with open_db(db_path) as db:
-        return load_preference_model(db, "coding" if task_set == "coding" else "writing")
+        return load_preference_model(db, "coding" if task_set == "coding" else "writing", fold)

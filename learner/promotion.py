@@ -165,9 +165,10 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def validation_tasks(task_set: TaskSet, limit: int) -> list[Task]:
-    """The gate's own tasks: the validation split (agents/tasks.py), the first `limit`."""
-    return split_tasks(task_set, "validation")[:limit]
+def validation_tasks(task_set: TaskSet, limit: int, fold: str | None = None) -> list[Task]:
+    """The gate's own tasks: the validation split (agents/tasks.py; HumanEval's by `fold`), the
+    first `limit`."""
+    return split_tasks(task_set, "validation", fold)[:limit]
 
 
 def paired_scores(
@@ -246,13 +247,15 @@ def gate(
     budget: SpeedBudget | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     turns: int = 1,
+    fold: str | None = None,
 ) -> GateResult:
-    """Score the candidate versions against the serving team on the validation split, in
-    episodes of up to `turns` turns, with the reward the run trained on (ratings included)."""
+    """Score the candidate versions against the serving team on the validation split (HumanEval's
+    by the run's `fold`), in episodes of up to `turns` turns, with the reward the run trained on
+    (ratings included)."""
     settings = settings or GateSettings()
     settings.check()
     weights = weights or RewardWeights()
-    preference = run_preference_model(db_path, task_set, weights)
+    preference = run_preference_model(db_path, task_set, weights, fold)
     with store.open_db(db_path) as db:
         # the team serving this kind of work (a writing run is not judged against coders)
         active = ensure_loaded(db, client, agents, work_kind(task_set))
@@ -265,7 +268,7 @@ def gate(
     return paired_scores(
         client,
         (candidate, active),
-        validation_tasks(task_set, settings.tasks),
+        validation_tasks(task_set, settings.tasks, fold),
         db_path,
         settings,
         weights,

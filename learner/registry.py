@@ -85,6 +85,24 @@ def adapter_source(row: dict) -> str:
     return "shipped" if row["metrics"].get("source") == "shipped" else "registered"
 
 
+def trained_splits(db: Database, agent: int, version: int) -> set[str | None]:
+    """The splits that the version and every version it was trained from were trained on: a
+    fold ("1/2") or None, the fixed split (a shipped version: its card's run; one registered by
+    hand: none known)."""
+    splits: set[str | None] = set()
+    row: dict | None = store.get_adapter(db, agent, version)
+    while row is not None:
+        if row["training_run_id"] is not None:
+            run = store.get_training_run(db, row["training_run_id"])
+            splits.add(run["config"].get("fold"))
+        elif adapter_source(row) == "shipped":
+            card = row["metrics"]["card"]["versions"][str(agent)]
+            splits.add((card.get("training_run") or {}).get("config", {}).get("fold"))
+        parent = row["parent_version"]
+        row = store.get_adapter(db, agent, parent) if parent is not None else None
+    return splits
+
+
 def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) -> list[dict]:
     """On a new installation (no adapter version of any agent in the registry yet), make the
     shipped team each agent's version 1, active, so a new user starts with the trained team; the

@@ -66,8 +66,9 @@ class Cancelled(Exception):
 
 
 def training_tasks(args: TrainArgs) -> list[Task]:
-    """The training split of the run's task set (agents/tasks.py), the first `task_limit`."""
-    tasks = split_tasks(args.task, "train")
+    """The training split of the run's task set (agents/tasks.py; HumanEval's by `args.fold`),
+    the first `task_limit`."""
+    tasks = split_tasks(args.task, "train", args.fold)
     return tasks[: args.task_limit] if args.task_limit else tasks
 
 
@@ -469,7 +470,7 @@ def published_candidates(state: dict) -> dict[int, int]:
 def _preference_model(args: TrainArgs, db_path) -> PreferenceModel | None:
     """The people's preferences, refit on every stored rating of this kind of task (nothing is
     consumed: the next run learns from the same ratings and the new ones)."""
-    model = run_preference_model(db_path, args.task, args.weights)
+    model = run_preference_model(db_path, args.task, args.weights, args.fold)
     if model is None:
         if args.weights.human > 0:
             log.info("preference model: no ratings")

@@ -321,6 +321,57 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     assert evaluate(greedy_anyway, again, out, db=db, progress=False) == rows  # K=1 ignores seeds
 
 
+def test_an_evaluation_by_fold_refuses_adapters_trained_on_its_held_out_problems(tmp_path):
+    """A team trained on fold 1/2 is evaluated on fold 1/2's held-out problems; one trained on
+    the fixed split (or built on a version that was) has trained on some of them and is refused,
+    before anything runs; the fold is part of the folder's settings."""
+    from learner.config import TrainArgs
+
+    db = tmp_path / "coteam.db"
+    with store.open_db(db) as database:
+        # agent 1's version 1 trained on fold 1/2, 2 on the fixed split, 3 on fold 1/2 from 2
+        for version, (fold, parent) in enumerate((("1/2", None), (None, None), ("1/2", 2)), 1):
+            config = TrainArgs(fold=fold).to_json()
+            run = store.start_training_run(database, "manual", config=config)
+            store.finish_training_run(database, run)
+            store.register_adapter(
+                database, 0, str(tmp_path / f"v{version}"), parent=parent, training_run_id=run
+            )
+    fold = EvalConfig(task="coding", fold="1/2", limit=1, shapes=("single",))
+    assert [t.source_id for t in eval_tasks(replace(fold, limit=3))] == [
+        "HumanEval/0",
+        "HumanEval/2",
+        "HumanEval/4",
+    ]
+    assert (
+        len(eval_tasks(replace(fold, limit=None))) == 82
+        and fold.episode_settings()["fold"] == "1/2"
+    )
+    policy = ScriptedPolicy(solving_reply)
+    for adapter, trained_on in (("agent1-v2", "the fixed split"), ("agent1-v3", "the fixed split")):
+        with pytest.raises(EvalError, match=f"{adapter} was trained on .*{trained_on}.* fold 1/2"):
+            evaluate(
+                replace(fold, variants={"base": (), "t": (adapter,)}),
+                policy,
+                tmp_path / "out",
+                db=db,
+                progress=False,
+            )
+    assert policy.requests == [] and not (tmp_path / "out").exists()
+    with pytest.raises(EvalError, match="agent1-v1 was trained on .*1/2.* the fixed split"):
+        evaluate(
+            EvalConfig(task="coding", limit=1, variants={"t": ("agent1-v1",)}),
+            policy,
+            tmp_path / "o",
+            db=db,
+            progress=False,
+        )
+    with pytest.raises(EvalError, match="--fold splits HumanEval only"):
+        EvalConfig(task="writing", fold="1/2")
+    with pytest.raises(ValueError, match="--fold: a fold is F/K"):
+        TrainArgs(fold="2/1").check()
+
+
 def test_run_eval_writes_the_results(tmp_path):
     config = EvalConfig(task="coding", limit=2, shapes=("parallel", "sequential_pipeline"))
     summary = run_eval(

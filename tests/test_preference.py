@@ -266,5 +266,11 @@ def test_ratings_of_validation_and_held_out_problems_are_kept_but_never_learnt(d
         a, b = finished(db, task, f"def f(): return 1  # {name}"), finished(db, task, "pass")
         rated[name] = store.add_rating(db, a, "pairwise", choice="left", other_episode_id=b)
     assert preference_examples(db).rating_ids == {rated["train"]}
+    # a training run by fold 2/2 keeps its own split's: there problem 100 is the gate's, and
+    # problems 0 and 140 are trained on
+    assert preference_examples(db, "coding", "2/2").rating_ids == {
+        rated["validation"],
+        rated["held_out"],
+    }
     assert db["ratings"].count == 3  # all kept
     assert [p.task_id for p in pairs_to_rate(db, "ann", limit=5)] == [ids["train"]]

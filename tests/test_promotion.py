@@ -65,11 +65,12 @@ def test_a_negative_min_gain_is_a_tolerance_for_trials():
     assert not result([0.35], [0.5], min_gain=-0.1).passed
 
 
-def test_the_gate_has_its_own_validation_tasks():
-    tasks = validation_tasks("coding", 32)
-    assert len(tasks) == 32
-    held_out = {t.source_id for t in split_tasks("coding", "held_out")}
-    train = {t.source_id for t in split_tasks("coding", "train")}
+@pytest.mark.parametrize("fold", [None, "1/2", "2/2"])
+def test_the_gate_has_its_own_validation_tasks(fold):
+    tasks = validation_tasks("coding", 32, fold)
+    assert len(tasks) == (32 if fold is None else 27)  # a fold of two: 27 of the other 82
+    held_out = {t.source_id for t in split_tasks("coding", "held_out", fold)}
+    train = {t.source_id for t in split_tasks("coding", "train", fold)}
     assert not {t.source_id for t in tasks} & (held_out | train)
 
 

@@ -1,4 +1,4 @@
-"""Task sources: HumanEval and its fixed split, a person's own problem, the writing sets."""
+"""Task sources: HumanEval and its fixed split or folds, a person's own problem, writing sets."""
 
 import ast
 
@@ -11,6 +11,7 @@ from agents.tasks import (
     TaskError,
     abstract_tasks,
     entry_signature,
+    evaluation_split,
     find_task,
     humaneval_task,
     humaneval_tasks,
@@ -22,6 +23,8 @@ from agents.tasks import (
     writing_task,
     xsum_tasks,
 )
+
+SPLITS = ("train", "validation", "held_out")
 
 
 def test_humaneval_split_is_fixed_disjoint_and_complete():
@@ -49,6 +52,42 @@ def test_every_task_set_splits_into_disjoint_train_validation_and_held_out(task_
         split_tasks("poetry", "train")
     with pytest.raises(TaskError, match="unknown split 'heldout'"):  # not every task, nor none
         split_tasks(task_set, "heldout")
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_k_folds_hold_out_every_humaneval_problem_exactly_once(count):
+    """K runs, one per fold, evaluate all 164 problems, each on a team that never trained on it:
+    within a fold the three splits are disjoint and complete; across folds the held-out parts
+    partition the problems."""
+    held_out = []
+    for number in range(1, count + 1):
+        fold = f"{number}/{count}"
+        parts = {s: {t.source_id for t in split_tasks("coding", s, fold)} for s in SPLITS}
+        assert not parts["train"] & parts["validation"] and not parts["train"] & parts["held_out"]
+        assert not parts["validation"] & parts["held_out"]
+        assert sum(map(len, parts.values())) == 164
+        assert len(parts["validation"]) >= 27 and len(parts["train"]) >= 55
+        assert all(evaluation_split("humaneval", i, fold) == "held_out" for i in parts["held_out"])
+        assert not any(evaluation_split("humaneval", i, fold) for i in parts["train"])
+        held_out += parts["held_out"]
+    assert sorted(held_out) == sorted(f"HumanEval/{i}" for i in range(164))
+    # a fold is not the fixed split: problem 1 is held out by it and by fold 2/2, trained on by 1/2
+    assert evaluation_split("humaneval", "HumanEval/1") == "held_out"
+    assert evaluation_split("humaneval", "HumanEval/1", "1/2") is None
+    assert evaluation_split("humaneval", "HumanEval/1", " 2 / 2 ") == "held_out"
+
+
+@pytest.mark.parametrize("fold", ["0/2", "3/2", "1/1", "1/9", "half", "1-2"])
+def test_a_fold_that_is_not_one_of_k_is_refused(fold):
+    with pytest.raises(TaskError, match="a fold is F/K"):
+        split_tasks("coding", "train", fold)
+
+
+def test_a_fold_splits_the_coding_set_only():
+    with pytest.raises(TaskError, match="coding set only"):
+        split_tasks("summary", "held_out", "1/2")
+    first = xsum_tasks()[0].source_id  # held out of the writing set, fold or not
+    assert evaluation_split("xsum", first, "1/2") == evaluation_split("xsum", first) == "held_out"
 
 
 def test_a_misspelt_split_is_refused_not_read_as_none_or_all():
