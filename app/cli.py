@@ -241,6 +241,14 @@ def _add_eval_command(sub: argparse._SubParsersAction, default_model: str) -> No
         "against. Adapters the server lacks are loaded from the registry by their agentK-vN name",
     )
     p.add_argument("--out", required=True, help="folder for episodes.jsonl, results.json, report")
+    p.add_argument(
+        "--pool",
+        nargs="+",
+        metavar="DIR",
+        help="run nothing: write --out's report over the finished runs of all K folds in these "
+        "folders (each a `coteam eval --fold F/K --out DIR` with the same settings), every "
+        "problem held out once",
+    )
     p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     server_options(p, default_model)

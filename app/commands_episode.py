@@ -186,17 +186,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
     if not args.verbose:
         quiet_request_logs()
+    command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
     try:
-        # the base model is always the first variant: what trained adapters are compared with
-        variants = dict(parse_variant(text) for text in [BASE_VARIANT, *(args.adapters or [])])
-        config = from_flags(args, EvalConfig, variants=variants)
-        command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
-        with contextlib.ExitStack() as stack:
-            # a finished run only rewrites its report: no server needed
-            policy = episode_policy(args, stack) if pending(config, args.out) else None
-            summary = run_eval(
-                config, policy, args.out, db=args.db, progress=not args.no_progress, command=command
-            )
+        if args.pool:
+            from learner.folds import pool_folds
+
+            summary = pool_folds(args.pool, args.out, command=command)
+        else:
+            # the base model is always the first variant: what trained adapters are compared with
+            variants = dict(parse_variant(t) for t in [BASE_VARIANT, *(args.adapters or [])])
+            config = from_flags(args, EvalConfig, variants=variants)
+            with contextlib.ExitStack() as stack:
+                # a finished run only rewrites its report: no server needed
+                policy = episode_policy(args, stack) if pending(config, args.out) else None
+                summary = run_eval(
+                    config, policy, args.out, db=args.db, progress=not args.no_progress,
+                    command=command,
+                )  # fmt: skip
     except (OSError, EvalError, PolicyError) as e:
         print(f"coteam eval: error: {e}", file=sys.stderr)
         return 1

@@ -137,7 +137,8 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
         + ("unseeded" if c["seed"] is None else f"seeds from {c['seed']}")
     )
     out = [
-        f"# Evaluation: {kind}, {source} {c['split']} split",
+        f"# Evaluation: {kind}, {source} {c['split']} split"
+        + (f" of fold {c['fold']}" if c.get("fold") else ""),
         "",
         f"- command: `{summary['command']}`" if summary["command"] else "",
         f"- {len(summary['tasks'])} tasks, shapes {', '.join(c['shapes'])}; teams of {c['agents']} "

@@ -33,6 +33,7 @@ from learner.evaluate import (
     read_records,
     run_eval,
 )
+from learner.folds import pool_folds
 from learner.report import write_report
 from tests.scripted import ScriptedPolicy
 
@@ -370,6 +371,40 @@ def test_an_evaluation_by_fold_refuses_adapters_trained_on_its_held_out_problems
         EvalConfig(task="writing", fold="1/2")
     with pytest.raises(ValueError, match="--fold: a fold is F/K"):
         TrainArgs(fold="2/1").check()
+
+
+def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_path):
+    """Two runs of `coteam eval --fold F/2` (a scripted policy: the pooling is what is tested)
+    make one report over all their problems, paired across them; folders that are not the K folds
+    of one design are refused, saying why."""
+    db = tmp_path / "db"
+    for fold in ("1/2", "2/2"):  # each fold's team: its own versions (as fold training makes)
+        team = {"trained": tuple(f"agent{a}-v{fold[0]}" for a in (1, 2))}
+        config = EvalConfig(task="coding", fold=fold, limit=2, shapes=("parallel", "single"))
+        config = replace(config, variants={"base": ()} | team)
+        run_eval(config, ScriptedPolicy(solving_reply), tmp_path / fold[0], db=db, progress=False)
+    argv = ["eval", "--task", "coding", "--out", str(tmp_path / "pooled"), "--pool"]
+    assert main([*argv, str(tmp_path / "1"), str(tmp_path / "2")]) == 0
+    pooled = json.loads((tmp_path / "pooled" / "results.json").read_text())
+    assert pooled["tasks"] == [f"HumanEval/{i}" for i in range(4)]  # 0, 2 of fold 1; 1, 3 of 2
+    assert pooled["episodes"] == 16 and pooled["missing"] == 0
+    assert pooled["config"]["fold"] == "1/2 + 2/2"
+    assert pooled["config"]["variants"]["trained"] == [
+        "agent1-v1 (1/2) / agent1-v2 (2/2)",
+        "agent2-v1 (1/2) / agent2-v2 (2/2)",
+    ]
+    assert "heldout split of fold 1/2 + 2/2" in (tmp_path / "pooled" / "report.md").read_text()
+    with pytest.raises(EvalError, match="every fold of the design; given 1/2"):
+        pool_folds([tmp_path / "1"], tmp_path / "x")
+    with pytest.raises(EvalError, match="different folds of one K"):
+        pool_folds([tmp_path / "1", tmp_path / "1"], tmp_path / "x")
+    config = EvalConfig(task="coding", fold="2/2", limit=2, shapes=("parallel", "single"), agents=3)
+    run_eval(config, ScriptedPolicy(solving_reply), tmp_path / "3", db=db, progress=False)
+    with pytest.raises(EvalError, match="other settings \\(agents, variants\\)"):
+        pool_folds([tmp_path / "1", tmp_path / "3"], tmp_path / "x")
+    with pytest.raises(EvalError, match="holds no finished evaluation"):
+        pool_folds([tmp_path / "1", tmp_path / "none"], tmp_path / "x")
+    assert not (tmp_path / "x").exists()
 
 
 def test_run_eval_writes_the_results(tmp_path):
