@@ -213,7 +213,7 @@ def load_version(client: PolicyClient, name: str, path: str) -> None:
     if name not in served:
         client.load_adapter(name, path)
     elif served[name] and Path(served[name]).resolve() == Path(path).resolve():
-        client.loaded[name] = str(path)  # loaded by another process: remember it here too
+        client.remember(name, path)  # loaded by another process: remember it here too
     else:
         raise RegistryError(
             f"the server already serves {name} from {served[name]}, not {path}: is another "

@@ -115,6 +115,24 @@ def test_a_version_serves_only_once_every_server_has_it(db, tmp_path):
     assert registry.ensure_loaded(db, pool, 1, "coding") == ["agent1-v1"]
 
 
+def test_a_version_another_process_loaded_on_every_server_is_remembered_once(db, tmp_path):
+    """Servers shared with another process already serve the version: the pool records it on
+    each server's client, so the next episodes ask no server again."""
+    path = str(tmp_path / "v1")
+    a, b = Server("http://a"), Server("http://b")
+    a.served["agent1-v1"] = b.served["agent1-v1"] = path
+    pool = ServerPool([a, b])
+    store.register_adapter(db, 0, path)
+    store.activate_adapter(db, 0, 1)
+    asked = []
+    a.models = lambda models=a.models: asked.append("a") or models()
+    assert registry.ensure_loaded(db, pool, 1, "coding") == ["agent1-v1"]
+    assert a.loaded == b.loaded == pool.loaded == {"agent1-v1": path}
+    asked.clear()
+    assert registry.ensure_loaded(db, pool, 1, "coding") == ["agent1-v1"]
+    assert asked == []  # remembered: the server is not asked again
+
+
 def test_versions_are_published_in_the_directory_every_server_mounts(home, tmp_path, monkeypatch):
     made = tmp_path / "made"
     made.mkdir()

@@ -211,6 +211,11 @@ class PolicyClient:
         self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
         self.loaded[name] = str(path)
 
+    def remember(self, name: str, path: str) -> None:
+        """Record that the server serves `name` from `path`, loaded by another process (so that
+        a restarted server gets it back, and no one asks the server again)."""
+        self.loaded[name] = str(path)
+
     def unload_adapter(self, name: str) -> None:
         self._post("/v1/unload_lora_adapter", {"lora_name": name})
         self.loaded.pop(name, None)

@@ -115,12 +115,17 @@ class ServerPool:
         live = self.live()
         return {n: p for n, p in live[0].loaded.items() if all(n in c.loaded for c in live[1:])}
 
+    def remember(self, name: str, path: str) -> None:
+        """Record on every live server's client that it serves `name` from `path`."""
+        for client in self.live():
+            client.remember(name, path)
+
     def load_adapter(self, name: str, path: str) -> None:
         """Load the folder `path` under `name` on every live server that lacks it; a server that
         cannot is named in the PolicyError (the version is then served nowhere new)."""
         for client in self.live():
             if name in client.list_adapters():
-                client.loaded.setdefault(name, str(path))
+                client.remember(name, path)
                 continue
             try:
                 client.load_adapter(name, path)
