@@ -1,10 +1,17 @@
-"""Learner benchmark: samples per second of one training step of CoTeam's MAGRPO against TRL's
-`GRPOTrainer` and comlrl's `MAGRPOTrainer`, on the same model, coding tasks, group size G and
-token budget, printed with their ratios (the targets: CoTeam at least 3x TRL and 4x comlrl).
+"""Learner benchmark: joint samples and generated tokens per second of a training step of
+CoTeam's MAGRPO against TRL's `GRPOTrainer` and comlrl's `MAGRPOTrainer`, on the same model,
+coding tasks, group size G and token budget, printed with their ratios (the targets, issue 55:
+CoTeam at least 2.5x TRL and 4x comlrl per joint sample).
 
-A sample is one completion of one agent. A step on T tasks with G joint samples per task trains
-on 2·T·G samples in CoTeam and comlrl (2 agents) and on T·G in TRL (one policy); every step
-covers T·G joint samples, so joint samples per second are printed too.
+A joint sample is one answer of the team: one completion of every agent (TRL trains one policy,
+so one of its completions is a whole answer). A step on T tasks with G joint samples per task
+covers T·G joint samples in all three; it trains on 2·T·G agent completions in CoTeam and comlrl
+(2 agents) and on T·G in TRL, so completions per second are printed too, after the joint figures,
+and so are generated tokens per second (what the samples cost: a trainer whose completions are
+shorter makes more of them a second). The machine, the dtypes and the engines are recorded.
+
+TRL generates with transformers here: its vLLM generation (`use_vllm`) syncs the trained weights
+into the vLLM server through NCCL, which needs a CUDA device.
 
     CoTeam  learner.train.train itself: the 2-agent parallel team samples G joint outputs per task
             through the vLLM server, CoTeam's joint reward (sandboxed tests), A = R − mean(R),
@@ -22,7 +29,7 @@ With --without-plugin CoTeam is timed twice, first on a server without CoTeam's 
 (agents/serving/vllm_plugin: vLLM's own CPU LoRA ops), then with it: the plugin's gain in one run.
 
 Usage: python bench/learner.py [--model PRESET|FOLDER] [--group-size 4] [--tasks 2]
-                               [--max-tokens 128] [--steps 2] [--vllm-url URL]
+                               [--max-tokens 128] [--steps 3] [--vllm-url URL]
                                [--skip-trl] [--skip-comlrl] [--without-plugin]
                                [--joint-mode aligned|cross] [--json PATH]
 """
@@ -48,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
+from agents.serving.server import machine  # noqa: E402
 from agents.tasks import Task  # noqa: E402
 from agents.team.combine import combine_code, extract_code  # noqa: E402
 from agents.team.episode import make_team
@@ -69,7 +77,7 @@ NAMES = {
     "trl": "TRL GRPOTrainer",
     "comlrl": "comlrl MAGRPO",
 }
-TARGETS = {"trl": 3, "comlrl": 4}  # issue 13: CoTeam's samples/s over each, same run and work
+TARGETS = {"trl": 2.5, "comlrl": 4}  # issue 55: CoTeam's joint samples/s over each, same run
 
 
 def bench_tasks(count: int) -> list[Task]:
@@ -102,16 +110,34 @@ def coding_score(task: Task, roles: list[Role], texts: list[str]) -> float:
     return score["quality"] + score["coordination"]
 
 
-def step_figures(step_seconds: list[float], samples_per_step: int, tasks: int, group: int) -> dict:
+def step_figures(
+    step_seconds: list[float],
+    samples_per_step: int,
+    tasks: int,
+    group: int,
+    step_tokens: list[int],
+    engine: str,
+) -> dict:
+    """A trainer's figures over its timed steps (each step's seconds and generated tokens)."""
     seconds = sum(step_seconds) / len(step_seconds)
+    tokens = sum(step_tokens) / len(step_tokens) if step_tokens else 0.0
     return {
+        "engine": engine,
         "step_s": seconds,
         "steps_s": step_seconds,
-        "samples_per_step": samples_per_step,
-        "samples_per_s": samples_per_step / seconds,
         "joint_samples_per_step": tasks * group,
         "joint_samples_per_s": tasks * group / seconds,
+        "tokens_per_step": tokens,
+        "steps_tokens": step_tokens,
+        "tokens_per_s": tokens / seconds,
+        "samples_per_step": samples_per_step,
+        "samples_per_s": samples_per_step / seconds,
     }
+
+
+def token_count(tokenizer, texts) -> int:
+    """Tokens generated for `texts` (the completions a trainer handed its reward function)."""
+    return sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
 
 
 def magrpo_config(args) -> MAGRPOConfig:
@@ -143,8 +169,15 @@ def bench_coteam(model_path, client, args) -> dict:
         train(train_args, client, model_path, Path(folder) / "bench.db",
               on_step=lambda metrics: (ends.append(time.perf_counter()), steps.append(metrics)))  # fmt: skip
     seconds = [later - earlier for earlier, later in zip(ends, ends[1:], strict=False)]
+    _, dtype = device_and_dtype()
     figures = step_figures(
-        seconds, AGENTS * args.tasks * args.group_size, args.tasks, args.group_size
+        seconds,
+        AGENTS * args.tasks * args.group_size,
+        args.tasks,
+        args.group_size,
+        [m["tokens_generated"] for m in steps[1:]],
+        f"vLLM server rollouts ({client.base_url}), transformers {transformers_version()} + "
+        f"PEFT update in {dtype}",
     )
     # a step without signal takes no optimizer step (learner/train.py) and would look fast:
     # say which timed steps updated, and where their time went
@@ -170,6 +203,12 @@ def coteam_part(model_path, args, coteam_plugin: bool = True) -> dict:
 # -- TRL and comlrl: run in the bench environment --------------------------------------------
 
 
+def transformers_version() -> str:
+    from importlib.metadata import version
+
+    return version("transformers")
+
+
 def device_and_dtype() -> tuple[bool, torch.dtype]:
     """As CoTeam's learner: fp32 on CPU (bf16 matmuls are slow there), bf16 on a GPU."""
     gpu = torch.cuda.is_available()
@@ -189,17 +228,21 @@ def lora_config(cfg: MAGRPOConfig):
 
 
 def bench_trl(model_path, args) -> dict:
+    import trl
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     cfg, tasks = magrpo_config(args), bench_tasks(args.tasks)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    generated: list[int] = []  # tokens of each reward call (one per step: T·G completions)
     views = [team_view(task, "single", 1) for task in tasks]
     dataset = Dataset.from_list(
         [{"prompt": messages[0], "task_index": i} for i, (_, messages) in enumerate(views)]
     )
 
     def coteam_coding_reward(prompts, completions, task_index, **columns) -> list[float]:
+        generated.append(token_count(tokenizer, [c[0]["content"] for c in completions]))
         return [
             coding_score(tasks[i], views[i][0], [completion[0]["content"]])
             for completion, i in zip(completions, task_index, strict=True)
@@ -245,7 +288,11 @@ def bench_trl(model_path, args) -> dict:
         )
         trainer.train()
     seconds = [later - earlier for earlier, later in zip(clock.ends, clock.ends[1:], strict=False)]
-    return step_figures(seconds, args.tasks * args.group_size, args.tasks, args.group_size)
+    engine = f"TRL {trl.__version__} GRPOTrainer, transformers {transformers_version()} "
+    engine += f"generate and update in {dtype}"
+    return step_figures(
+        seconds, args.tasks * args.group_size, args.tasks, args.group_size, generated[1:], engine
+    )
 
 
 def bench_comlrl(model_path, args) -> dict:
@@ -272,7 +319,10 @@ def bench_comlrl(model_path, args) -> dict:
         ]
         rows.append({"task_index": i, **{f"prompt{a}": p for a, p in enumerate(prompts)}})
 
+    generated = [0]  # tokens of the step running
+
     def coteam_coding_reward(helper_texts, entry_texts, *, batch_items) -> list[float]:
+        generated[-1] += token_count(tokenizer, [*helper_texts, *entry_texts])
         i = batch_items[0]["task_index"]
         return [
             coding_score(tasks[i], views[i][0], list(texts))
@@ -313,10 +363,16 @@ def bench_comlrl(model_path, args) -> dict:
     trainer.train()  # warm-up step
     seconds = []
     for _ in range(args.steps):
+        generated.append(0)
         start = time.perf_counter()
         trainer.train()
         seconds.append(time.perf_counter() - start)
-    return step_figures(seconds, AGENTS * args.tasks * args.group_size, args.tasks, args.group_size)
+    from importlib.metadata import version
+
+    engine = f"comlrl {version('comlrl')} MAGRPOTrainer, transformers {transformers_version()} "
+    engine += f"generate and update in {dtype}"
+    samples = AGENTS * args.tasks * args.group_size
+    return step_figures(seconds, samples, args.tasks, args.group_size, generated[1:], engine)
 
 
 PARTS = {"trl": bench_trl, "comlrl": bench_comlrl}
@@ -356,27 +412,28 @@ def part_main(args) -> None:
 
 
 def report(results: dict[str, dict]) -> dict[str, float]:
-    """Print the table and the ratios; return the ratios."""
+    """Print the table (joint samples and tokens first) and the ratios; return the ratios."""
     print()
     print(
-        f"{'':22s}{'s/step':>8s}{'samples/step':>14s}{'samples/s':>11s}"
-        f"{'joint/step':>12s}{'joint/s':>9s}"
+        f"{'':22s}{'s/step':>8s}{'joint/step':>12s}{'joint/s':>9s}{'tokens/step':>13s}"
+        f"{'tokens/s':>10s}{'completions/s':>15s}"
     )
     for part, r in results.items():
         if "skipped" in r:
             print(f"{NAMES[part]:22s}  skipped: {r['skipped']}")
             continue
         print(
-            f"{NAMES[part]:22s}{r['step_s']:8.1f}{r['samples_per_step']:14d}"
-            f"{r['samples_per_s']:11.3f}{r['joint_samples_per_step']:12d}"
-            f"{r['joint_samples_per_s']:9.3f}"
+            f"{NAMES[part]:22s}{r['step_s']:8.1f}{r['joint_samples_per_step']:12d}"
+            f"{r['joint_samples_per_s']:9.3f}{r['tokens_per_step']:13.0f}{r['tokens_per_s']:10.1f}"
+            f"{r['samples_per_s']:15.3f}"
         )
+        print(f"{'':22s}{r['engine']}")
         if "updated" in r:
             print(
                 f"{'':22s}rollout {r['rollout_s']} s, update {r['update_s']} s, "
                 f"updated {r['updated']} (a step without signal takes no optimizer step)"
             )
-    print("(a sample: one completion of one agent; a joint sample: one completion of every agent)")
+    print("(a joint sample: one answer of the team, one completion of every agent; TRL: one)")
     ratios = {}
     coteam = results["coteam"]
     if "samples_per_s" in results.get("coteam_vllm_ops", {}):
@@ -388,18 +445,15 @@ def report(results: dict[str, dict]) -> dict[str, float]:
         other = results.get(part, {})
         if "samples_per_s" not in other:
             continue
-        ratios[f"coteam_over_{part}"] = coteam["samples_per_s"] / other["samples_per_s"]
-        ratios[f"coteam_over_{part}_joint"] = (
-            coteam["joint_samples_per_s"] / other["joint_samples_per_s"]
+        for key, figure in (("joint", "joint_samples_per_s"), ("tokens", "tokens_per_s"),
+                            ("completions", "samples_per_s")):  # fmt: skip
+            ratios[f"coteam_over_{part}_{key}"] = coteam[figure] / other[figure]
+        met = "yes" if ratios[f"coteam_over_{part}_joint"] >= TARGETS[part] else "no"
+        print(
+            f"CoTeam/{part}: {ratios[f'coteam_over_{part}_joint']:.2f}x joint samples/s "
+            f"(target >= {TARGETS[part]}x: {met}), {ratios[f'coteam_over_{part}_tokens']:.2f}x "
+            f"generated tokens/s, {ratios[f'coteam_over_{part}_completions']:.2f}x completions/s"
         )
-        line = (
-            f"CoTeam/{part}: {ratios[f'coteam_over_{part}']:.2f}x samples/s, "
-            f"{ratios[f'coteam_over_{part}_joint']:.2f}x joint samples/s"
-        )
-        target = TARGETS[part]
-        met = "yes" if ratios[f"coteam_over_{part}"] >= target else "no"
-        line += f" (target >= {target}x samples/s: {met})"
-        print(line)
     return ratios
 
 
@@ -409,7 +463,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4, help="G joint samples per task")
     parser.add_argument("--tasks", type=int, default=2, help="T tasks per step")
     parser.add_argument("--max-tokens", type=int, default=128, help="new tokens per completion")
-    parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-comlrl", action="store_true")
@@ -440,7 +494,7 @@ def main() -> None:
     print(
         f"model {args.model}, {args.tasks} task(s) x G={args.group_size} per step, "
         f"{args.max_tokens} new tokens per completion, {AGENTS} agents (TRL: 1), "
-        f"1 warm-up + {args.steps} timed step(s), {os.cpu_count()} cores"
+        f"1 warm-up + {args.steps} timed step(s), on {machine()}"
     )
     results = {}
     if args.without_plugin:
@@ -461,7 +515,9 @@ def main() -> None:
         }
         figures = {
             "settings": settings,
-            "sample": "one completion of one agent (joint sample: one completion of every agent)",
+            "machine": machine(),
+            "sample": "joint sample: one answer of the team, one completion of every agent (TRL: "
+            "one); samples_per_s counts completions",
             "results": results,
             "ratios": ratios,
         }
