@@ -14,7 +14,7 @@ import pytest
 
 import store
 from agents.serving.policy import API_KEY_ENV, Completion, PolicyClient, PolicyError, Request
-from agents.serving.pool import ServerPool
+from agents.serving.pool import RESENT, ServerPool
 from agents.serving.server import ServerConfig, ServerError, VLLMServer, connect
 from agents.tasks import humaneval_task
 from agents.team.graph import GREEDY
@@ -28,13 +28,16 @@ class Server(PolicyClient):
 
     def __init__(self, url: str, **state):
         super().__init__(url)
-        self.up, self.refuses, self.cannot_load = True, False, False
+        self.up, self.refuses, self.cannot_load, self.dies_mid_reply = True, False, False, False
         self.__dict__.update(state)
         self.asked: list[Request] = []
         self.served: dict[str, str] = {}
 
     async def agenerate(self, requests, on_token=None):
         self.asked += requests
+        if self.dies_mid_reply and on_token:  # streams a piece, then its process is gone
+            on_token(0, "def f(")
+            self.up = False
         if not self.up:
             raise PolicyError("request 0 to 'base' failed: Connection error.")
         if self.refuses:
@@ -89,6 +92,18 @@ def test_a_server_that_dies_is_taken_out_and_its_calls_go_to_the_others():
     assert not pool.healthy()
     with pytest.raises(PolicyError, match="every model server stopped answering"):
         pool.generate(ask(0))
+
+
+def test_a_reply_whose_server_dies_mid_stream_says_it_starts_again():
+    a, b = Server("http://a"), Server("http://b", dies_mid_reply=True)
+    shown = []
+    [done] = ServerPool([a, b]).generate(ask(1), lambda i, piece: shown.append((i, piece)))
+    assert done.text == "http://a"  # answered whole by the live server
+    assert shown == [
+        (0, "def f("),
+        (0, RESENT.format(url="http://b")),
+        (0, "http://a"),
+    ]
 
 
 def test_a_refusal_from_a_server_that_is_up_is_an_error_not_a_reason_to_go_elsewhere():

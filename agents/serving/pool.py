@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from agents.serving.policy import Completion, PolicyClient, PolicyError, Request
 
 log = logging.getLogger(__name__)
+# streamed where a reply was being shown when its server died and it was sent again elsewhere
+# (the finished reply replaces what was shown)
+RESENT = "\n\n[the model server at {url} stopped answering: this reply starts again]\n\n"
 
 
 @dataclass
@@ -86,16 +89,24 @@ class ServerPool:
         )
 
     async def _one(self, index: int, request: Request, on_token) -> Completion:
+        streamed = []  # pieces of the reply shown before its server died
+
+        def stream(_: int, piece: str) -> None:
+            streamed.append(piece)
+            on_token(index, piece)
+
         while True:
             client = self.server_for(request)
-            stream = (lambda _, piece: on_token(index, piece)) if on_token else None
             try:
-                [done] = await client.agenerate([request], stream)
+                [done] = await client.agenerate([request], stream if on_token else None)
                 return done
             except PolicyError as e:
                 if client.cancelled.is_set() or await asyncio.to_thread(client.healthy):
                     raise  # refused by a server that is up: not a reason to go elsewhere
                 self._take_out(client, str(e))
+                if streamed:  # the reply starts again: say so where it was being shown
+                    streamed.clear()
+                    on_token(index, RESENT.format(url=client.base_url))
 
     def server_for(self, request: Request) -> PolicyClient:
         live = self.live()
