@@ -265,14 +265,14 @@ def answers_before_after(db: Database, agent: int, version: int, limit: int) -> 
         """,
         {"agent": agent, "version": version, "parent": parent, "limit": limit},
     )
+    ids = [pair[f"{side}_id"] for pair in found for side in ("before", "after")]
+    rewards: dict[int, dict] = {i: {} for i in ids}
+    marks = ", ".join("?" * len(ids))
+    for r in rows(db, f"SELECT * FROM rewards WHERE episode_id IN ({marks})", ids) if ids else ():
+        rewards[r["episode_id"]][r["name"]] = r["value"]
     for pair in found:
         for side in ("before", "after"):
-            pair[f"{side}_rewards"] = {
-                r["name"]: r["value"]
-                for r in rows(
-                    db, "SELECT name, value FROM rewards WHERE episode_id = ?", [pair[f"{side}_id"]]
-                )
-            }
+            pair[f"{side}_rewards"] = rewards[pair[f"{side}_id"]]
     return found
 
 
