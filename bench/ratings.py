@@ -562,25 +562,35 @@ def counterbalanced(prop: str, runs: list[tuple[dict, str]]) -> list[str]:
     lines = [
         f"{prop}, counterbalanced, {len(runs)} run(s), in points (divergence: the arm preferring "
         "it − the arm preferring its absence, after; pass: after − before):",
-        f"  {'run':12s} {'seed':>5s} {'divergence':>11s} {'pass prefers':>13s} {'pass averse':>12s}",
+        f"  {'run':36s} {'seed':>5s} {'divergence':>11s} {'pass prefers':>13s} {'pass averse':>12s}",
     ]
     ours, theirs = [], []
+    passed = {"before": [], "prefers": [], "averse": []}  # every prompt of every run
     for f, name in runs:
         before = rates(f["before"])
         arms = {arm: rates(f["arms"][arm]["after"]) for arm in ("prefers", "averse")}
         lines.append(
-            f"  {name[:12]:12s} {f.get('seed', 0):>5} "
+            f"  {Path(name).stem[:36]:36s} {f.get('seed', 0):>5} "
             f"{100 * (arms['prefers']['property'] - arms['averse']['property']):+11.1f} "
             f"{100 * (arms['prefers']['pass'] - before['pass']):+13.1f} "
             f"{100 * (arms['averse']['pass'] - before['pass']):+12.1f}"
         )
         ours += [m["property"] for m in f["arms"]["prefers"]["after"]]
         theirs += [m["property"] for m in f["arms"]["averse"]["after"]]
+        passed["before"] += [m["pass"] for m in f["before"]]
+        for arm in ("prefers", "averse"):
+            passed[arm] += [m["pass"] for m in f["arms"][arm]["after"]]
     pooled = 100 * (sum(ours) - sum(theirs)) / len(ours)
     lines.append(
         f"  over {len(ours)} prompts x runs: divergence {pooled:+.1f} points, "
         f"sign test p = {sign_test(theirs, ours):.3g}"
     )
+    for arm in ("prefers", "averse"):
+        change = 100 * (sum(passed[arm]) - sum(passed["before"])) / len(ours)
+        lines.append(
+            f"  pass, the arm {arm}: {change:+.1f} points from the start "
+            f"(sign test p = {sign_test(passed['before'], passed[arm]):.3g})"
+        )
     return lines
 
 
