@@ -181,7 +181,8 @@ def _check_folder(config: EvalConfig, out_dir: Path) -> None:
     if path.exists():
         old = json.loads(path.read_text())
         variants = {**old.get("variants", {}), **config.variants}
-        clash = [k for k in settings if k != "variants" and old.get(k) != settings[k]]
+        keys = (settings.keys() | old.keys()) - {"variants", "sampling"}  # an option set on one
+        clash = sorted(k for k in keys if old.get(k) != settings.get(k))
         clash += [
             f"variant {name}"
             for name, adapters in config.variants.items()

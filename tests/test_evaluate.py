@@ -359,6 +359,11 @@ def test_an_evaluation_by_fold_refuses_adapters_trained_on_its_held_out_problems
                 progress=False,
             )
     assert policy.requests == [] and not (tmp_path / "out").exists()
+    # a folder holds one fold: resuming it on the fixed split (or another fold) is refused
+    run_eval(fold, ScriptedPolicy(solving_reply), tmp_path / "f", db=db, progress=False)
+    for other in (None, "2/2"):
+        with pytest.raises(EvalError, match="other settings \\(fold\\)"):
+            evaluate(replace(fold, fold=other), policy, tmp_path / "f", db=db, progress=False)
     with pytest.raises(EvalError, match="agent1-v1 was trained on .*1/2.* the fixed split"):
         evaluate(
             EvalConfig(task="coding", limit=1, variants={"t": ("agent1-v1",)}),
