@@ -181,8 +181,7 @@ def _check_folder(config: EvalConfig, out_dir: Path) -> None:
     if path.exists():
         old = json.loads(path.read_text())
         variants = {**old.get("variants", {}), **config.variants}
-        keys = (settings.keys() | old.keys()) - {"variants", "sampling"}  # an option set on one
-        clash = sorted(k for k in keys if old.get(k) != settings.get(k))
+        clash = settings_clash(old, settings, ignore=("variants", "sampling"))
         clash += [
             f"variant {name}"
             for name, adapters in config.variants.items()
@@ -199,6 +198,17 @@ def _check_folder(config: EvalConfig, out_dir: Path) -> None:
     path.write_text(json.dumps(settings, indent=2, default=list) + "\n")
 
 
+def settings_clash(old: dict, new: dict, ignore: Sequence[str]) -> list[str]:
+    """The settings two runs differ in, an option set in only one of them included."""
+    keys = (old.keys() | new.keys()) - set(ignore)
+    return sorted(k for k in keys if old.get(k) != new.get(k))
+
+
+def variant_adapters(config: EvalConfig) -> set[str]:
+    """Every adapter name a variant of the run serves."""
+    return {a for adapters in config.variants.values() for a in adapters if a}
+
+
 def check_held_out(config: EvalConfig, db_path: str | Path | None) -> None:
     """Refuse to evaluate on held-out problems a variant's adapter (or one it was trained from)
     was trained on: every registered `agentK-vN` must come from runs on the evaluation's split
@@ -206,7 +216,7 @@ def check_held_out(config: EvalConfig, db_path: str | Path | None) -> None:
     if SPLITS[config.split] != "held_out":
         return
     with store.open_db(db_path) as db:
-        for name in sorted({a for adapters in config.variants.values() for a in adapters if a}):
+        for name in sorted(variant_adapters(config)):
             parsed = store.parse_adapter_name(name)
             try:
                 splits = trained_splits(db, *parsed) if parsed else set()
@@ -225,7 +235,7 @@ def check_held_out(config: EvalConfig, db_path: str | Path | None) -> None:
 def load_variant_adapters(policy: Any, config: EvalConfig, db_path: str | Path | None) -> None:
     """Load every variant's adapters the server lacks, from the adapter registry (`agentK-vN`
     is agent K's version N)."""
-    wanted = {a for adapters in config.variants.values() for a in adapters if a}
+    wanted = variant_adapters(config)
     if not wanted or not hasattr(policy, "list_adapters"):
         return
     missing = wanted - set(policy.list_adapters())

@@ -18,7 +18,7 @@ from pathlib import Path
 from agents.tasks import parse_fold
 from learner.config import EvalConfig, EvalError
 from learner.eval_stats import summarize
-from learner.evaluate import eval_tasks, read_records
+from learner.evaluate import eval_tasks, read_records, settings_clash
 from learner.report import write_report
 
 NOT_SHARED = ("fold", "variants", "sampling")  # what the K runs may differ in
@@ -45,11 +45,9 @@ def _check_design(folders: Sequence[Path], settings: list[dict]) -> list[str]:
         )
     if len(folds) != counts.pop():
         raise EvalError(f"--pool needs every fold of the design; given {', '.join(folds)}")
-    first = {k: v for k, v in settings[0].items() if k not in NOT_SHARED}
     team = {name: len(adapters) for name, adapters in settings[0]["variants"].items()}
     for folder, other in zip(folders[1:], settings[1:], strict=True):
-        own = {k: v for k, v in other.items() if k not in NOT_SHARED}
-        clash = sorted(k for k in first.keys() | own.keys() if first.get(k) != own.get(k))
+        clash = settings_clash(settings[0], other, ignore=NOT_SHARED)
         if {name: len(adapters) for name, adapters in other["variants"].items()} != team:
             clash.append("variants")
         if clash:
