@@ -25,7 +25,7 @@ from agents.serving.policy import PolicyError
 from agents.tasks import TaskError
 from agents.team.graph import Policy
 from agents.team.result import EpisodeResult
-from agents.team.roles import Role
+from agents.team.roles import Role, token_share
 from learner.episode import EpisodeSetup, ScoringError, play
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,28 @@ class LiveEpisode:
             self.finished = True
             self.ended = self.ended or time.monotonic()
 
+    def cut_notes(self) -> list[str]:
+        """Who stopped at a token cap: the run's (a person can raise it) or, for a long-form
+        writer, its own share (the upper end of its words: it ran past its target, often a loop)."""
+        cap = self.run.sampling.max_tokens
+        shares = [token_share(pane.role) for pane in self.panes]
+        at_cap = [i for i, p in enumerate(self.panes) if p.cut_off and (shares[i] or cap) >= cap]
+        at_share = [i for i, p in enumerate(self.panes) if p.cut_off and i not in at_cap]
+        notes = []
+        if at_cap:
+            notes.append(
+                f"{_agents(at_cap)} stopped at the token limit ({cap}): "
+                "raise “Tokens per agent call”"
+            )
+        if at_share:
+            sizes = ", ".join(str(shares[i]) for i in at_share)
+            notes.append(
+                f"{_agents(at_share)} ran past {'their' if len(at_share) > 1 else 'its'} word "
+                f"target and stopped at {'their shares' if len(at_share) > 1 else 'its share'} "
+                f"({sizes} tokens)"
+            )
+        return notes
+
     def status(self) -> str:
         """One line for the page: where the episode is, its time and tokens."""
         who = f"episode {self.episode_id}" if self.episode_id else "starting"
@@ -152,16 +174,14 @@ class LiveEpisode:
             parts.append("scoring…")
         if self.repeats:
             parts.append(f"{self.repeats:.0%} of the writers' sentences left out as repeats")
-        cut = [str(i + 1) for i, pane in enumerate(self.panes) if pane.cut_off]
-        if cut:
-            who = f"agent{'s' * (len(cut) > 1)} {', '.join(cut)}"
-            parts.append(
-                f"{who} stopped at the token limit ({self.run.sampling.max_tokens}): "
-                "raise “Tokens per agent call”"
-            )
+        parts += self.cut_notes()
         if self.note:
             parts.append(self.note)
         return " · ".join(parts)
+
+
+def _agents(indices: list[int]) -> str:
+    return f"agent{'s' * (len(indices) > 1)} {', '.join(str(i + 1) for i in indices)}"
 
 
 def run_live(

@@ -207,6 +207,30 @@ def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
     assert "token limit" not in episode.status()
 
 
+def test_a_writer_stopped_at_its_share_is_not_sent_to_raise_the_token_limit(ctx):
+    """A long-form writer's call is capped at its share (the upper end of its words), below the
+    run's limit: one that loops stops there, and the page says so, not "raise the limit"."""
+    from agents.team.roles import LONGFORM_MAX_TOKENS, team_roles, token_share
+
+    task = longform_tasks("held_out")[0]
+
+    def writer(request):  # agent 2 runs on; the others write one short line a section
+        own = re.findall(r'"## ([^"]+)"', request.messages[1]["content"].split("Now write")[-1])
+        if request.agent == 1:
+            return " ".join(f"tide{i}" for i in range(2000))  # no loop a stop rule sees
+        return "\n\n".join(f"## {h}\nA short part." for h in own).removeprefix(f"## {own[0]}\n")
+
+    run = EpisodeSetup(task, agents=4, sampling=Sampling(max_tokens=LONGFORM_MAX_TOKENS))
+    *_, [episode] = run_live([run], FakeClient(writer), ctx.db_path, interval=0)
+    share = token_share(team_roles(task, "parallel", 4, None)[1])
+    assert [pane.cut_off for pane in episode.panes] == [False, True, False, False]
+    assert share < run.sampling.max_tokens and episode.panes[1].tokens == share
+    assert f"agent 2 ran past its word target and stopped at its share ({share} tokens)" in (
+        episode.status()
+    )
+    assert "token limit" not in episode.status()
+
+
 def test_a_failing_server_is_shown_and_the_episode_is_kept_as_failed(ctx):
     def broken(request):
         raise PolicyError("connection refused")
