@@ -35,6 +35,8 @@ answered before and after.
     property typed      every function has type hints and a docstring: the untrained team's
                         programs all do (the contract's stubs have both), so nearly every
                         pair is a tie (50 ratings: 49 ties) and nothing is learnt
+    property descriptive  every name the code binds has 3 characters or more (no `i`, `x`):
+                        a naming taste the tests do not decide
 
     --task summary      the team of two writers summarizes XSum articles (a one-sentence
                         summary and its key facts) and the rater judges the writing:
@@ -137,6 +139,23 @@ def commented(program: str) -> bool:
         return False
 
 
+def descriptive(program: str) -> bool:
+    """Every name the program's code binds (an assignment, a loop's or a comprehension's
+    variable, `with ... as`, `except ... as`) is at least 3 characters long (`_` aside): no `i`,
+    `x` or `n`. A program that binds no name has it; one that does not parse does not."""
+    try:
+        tree = parse(extract_code(program))
+    except SyntaxError:
+        return False
+    names = [
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    ]
+    names += [n.name for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler) and n.name]
+    return all(len(name) >= 3 for name in names if name != "_")
+
+
 def attributed(text: str) -> bool:
     """The writing says who said it: a quotation, or a word of reporting ("said", "says",
     "told", "according to")."""
@@ -157,7 +176,7 @@ QUOTED = re.compile(r'["\u201c][^"\u201c\u201d]{3,}["\u201d]')
 REPORTING = re.compile(r"\b(said|says|told|according to)\b", re.I)
 # the property a rater looks for, by the curated task set the experiment runs on
 PROPERTIES = {
-    "coding": {"commented": commented, "typed": typed},
+    "coding": {"commented": commented, "typed": typed, "descriptive": descriptive},
     "summary": {
         "attributed": attributed,
         "second-person": second_person,

@@ -86,9 +86,9 @@ def ratings_bench():
     return ratings
 
 
-def test_the_writing_raters_taste_is_checkable():
-    """`bench/ratings.py --task summary`: the simulated rater prefers writing that says who said
-    it, and nothing else counts as that."""
+def test_each_raters_taste_is_checkable():
+    """`bench/ratings.py`: each simulated rater's taste is a check of the text (writing that says
+    who said it, code whose names say what they hold), and nothing else counts as that."""
     ratings = ratings_bench()
     attributed = ratings.PROPERTIES["summary"]["attributed"]
     assert attributed("Police said he had walked bare-chested for about two miles.")
@@ -101,6 +101,14 @@ def test_the_writing_raters_taste_is_checkable():
     second_person = ratings.PROPERTIES["summary"]["second-person"]
     assert second_person("If you live nearby, your road may close.")
     assert not second_person("Residents nearby may see their road close.")
+    descriptive = ratings.PROPERTIES["coding"]["descriptive"]
+    assert descriptive("def f(xs):\n    total = 0\n    for value in xs:\n        total += value\n")
+    assert descriptive("def f(xs):\n    return sum(xs)\n")  # binds nothing: nothing too short
+    assert descriptive("def f(xs):\n    for _ in xs:\n        pass\n")  # `_` is no name
+    assert not descriptive("def f(xs):\n    for i in range(len(xs)):\n        pass\n")
+    assert not descriptive("def f(xs):\n    return [x for x in xs]\n")  # a comprehension's
+    assert not descriptive("try:\n    pass\nexcept ValueError as e:\n    pass\n")
+    assert not descriptive("def f(xs):\n    return (\n")  # does not parse
     opens_with_the = ratings.PROPERTIES["summary"]["opens-with-the"]
     assert opens_with_the("\nThe road reopens in May, the council said.")
     assert not opens_with_the("Theresa May opened the road.")  # a name, not the article
