@@ -200,14 +200,16 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     server that had never served it); rated episodes and sampled groups, steps with rewards,
     every turn's calls trained, a curve, candidates, and the gate's decision."""
     db_path = home / "coteam.db"
-    task = training_tasks(TrainArgs(task_limit=2))[0]  # people rated two answers to one task
+    # people rated two answers to the one task both steps train on (the first: its second-turn
+    # prompts, with the tests' feedback, are the shorter ones; the updates' cost is the prompts')
+    task = training_tasks(TrainArgs(task_limit=1))[0]
     for score in (5, 1):
         result = run_episode(task, policy, agents=2, sampling=Sampling(max_tokens=32), db=db_path)
         with store.open_db(db_path) as db:
             store.add_rating(db, result.episode_id, "score", value=score)
     learner = run_train(
         vllm_server.url, model_path, db_path, home, "--steps", "2", "--gate-tasks", "1",
-        "--turns", "2",
+        "--turns", "2", "--task-limit", "1",
     )  # fmt: skip
     out, _ = learner.communicate(timeout=1800)
     assert learner.returncode == 0, out
