@@ -89,10 +89,10 @@ def test_hot_swap_under_load_drops_no_request(policy, two_versions, home):
     assert c.text == v1_text
 
 
-def run_train(server_url, model_path, db_path, home, *extra):
+def run_train(server_url, model_path, db_path, home, *extra, task_limit=2):
     return subprocess.Popen(
         [sys.executable, "-m", "app.cli", "train", "--vllm-url", server_url, "--model", str(model_path), "--db", str(db_path),
-         "--group-size", "2", "--tasks-per-step", "1", "--task-limit", "2", "--max-tokens", "48",
+         "--group-size", "2", "--tasks-per-step", "1", "--task-limit", str(task_limit), "--max-tokens", "48",
          *extra],
         env={**os.environ, "COTEAM_HOME": str(home)},
         stdout=subprocess.PIPE,
@@ -209,7 +209,7 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
             store.add_rating(db, result.episode_id, "score", value=score)
     learner = run_train(
         vllm_server.url, model_path, db_path, home, "--steps", "2", "--gate-tasks", "1",
-        "--turns", "2", "--task-limit", "1",
+        "--turns", "2", task_limit=1,
     )  # fmt: skip
     out, _ = learner.communicate(timeout=1800)
     assert learner.returncode == 0, out
