@@ -324,7 +324,10 @@ def training_signal(db_path: Path, since: int, has) -> dict:
     there can the preference move the advantage towards it), and in those the mean gap, with the
     property minus without (positive: it pointed the right way), of the preference h and of
     what it added to the reward (`human_term`: h centred among the samples the environment scored
-    alike, times the weight)."""
+    alike, times the weight). And the pairs of samples of a group that differ in the property:
+    how many, and how many of them the environment scored alike (the same tests' share or
+    verdict): only those can the preference reorder (`blend_human`); the rest the environment
+    ranks, whatever people prefer."""
     with store.open_db(db_path) as db:
         newest = store.list_episodes(db, limit=store.count_episodes(db) - since)
         rollouts = store.get_episodes(db, [e["id"] for e in newest])
@@ -332,6 +335,7 @@ def training_signal(db_path: Path, since: int, has) -> dict:
     for episode in rollouts:
         groups.setdefault(episode["group_id"], []).append(episode)
     gaps: dict[str, list[float]] = {"human_rating": [], "human_term": []}
+    pairs = {"differing": 0, "scored_alike": 0}
     for members in groups.values():
         for name, found in gaps.items():
             split = {True: [], False: []}
@@ -341,6 +345,11 @@ def training_signal(db_path: Path, since: int, has) -> dict:
             if split[True] and split[False]:
                 mean = {k: sum(v) / len(v) for k, v in split.items()}
                 found.append(mean[True] - mean[False])
+        for i, a in enumerate(members):
+            for b in members[i + 1 :]:
+                if has(a["final_output"] or "") != has(b["final_output"] or ""):
+                    pairs["differing"] += 1
+                    pairs["scored_alike"] += outcome(a) == outcome(b)
 
     def mean(values: list[float]) -> float | None:
         return round(sum(values) / len(values), 3) if values else None
@@ -350,7 +359,16 @@ def training_signal(db_path: Path, since: int, has) -> dict:
         "informative": len(gaps["human_rating"]),
         "preference_gap": mean(gaps["human_rating"]),
         "term_gap": mean(gaps["human_term"]),
+        "pairs": pairs,
     }
+
+
+def outcome(episode: dict) -> float | None:
+    """The environment's outcome of an episode, as `blend_human` groups them: the verdict for
+    writing, the tests' share of points for a program."""
+    rewards = episode["rewards"]
+    found = rewards.get("verdict", rewards.get("tests"))
+    return None if found is None else round(found, 6)
 
 
 def rates(measured: list[dict]) -> dict:
@@ -488,6 +506,13 @@ def report(figures: dict) -> str:
                 f"the property, preference h with it minus without {signal['preference_gap']}"
                 + (f", added to the reward {signal['term_gap']}" if signal.get("term_gap") else "")
             )
+            if signal.get("pairs"):  # counted since 2026-12-02
+                pairs = signal["pairs"]
+                lines.append(
+                    f"    pairs differing in the property: {pairs['differing']}, "
+                    f"{pairs['scored_alike']} of them scored alike by the environment "
+                    f"(only those can the preference reorder)"
+                )
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(

@@ -169,3 +169,28 @@ def test_a_ratings_run_names_the_code_it_measured():
     }  # fmt: skip
     assert "code" not in ratings.run_label(figures)  # runs from before it was recorded
     assert ratings.run_label({**figures, "code": revision}).endswith(f", code {revision}")
+
+
+def test_the_retrain_signal_counts_the_pairs_the_preference_can_reorder(tmp_path: Path):
+    """`bench/ratings.py`'s account of a retrain's rollouts, on a real database: of the pairs of
+    a group's samples that differ in the property, only those the environment scored alike (the
+    same verdict) can the preference reorder, so they are counted apart."""
+    import store
+
+    ratings = ratings_bench()
+    said, plain = 'He said "it works well".', "It works."
+    with store.open_db(tmp_path / "coteam.db") as db:
+        task = store.create_task(db, "writing", "Summarise.")
+        for group, samples in (
+            ("g1", [(said, 1.0), (plain, 1.0), (plain, 0.0)]),  # 2 pairs differ, 1 scored alike
+            ("g2", [(said, 0.0), (said, 1.0)]),  # none differ
+        ):
+            for i, (text, verdict) in enumerate(samples):
+                episode = store.start_episode(
+                    db, task, shape="single", roles=["writer"], group_id=group, sample_index=i
+                )
+                store.finish_episode(db, episode, text)
+                store.record_rewards(db, episode, {"verdict": verdict}, verdict, {})
+    signal = ratings.training_signal(tmp_path / "coteam.db", 0, ratings.attributed)
+    assert signal["groups"] == 2 and signal["informative"] == 0  # no preference was added
+    assert signal["pairs"] == {"differing": 2, "scored_alike": 1}
