@@ -40,6 +40,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -197,7 +198,10 @@ def coteam_part(model_path, args, coteam_plugin: bool = True) -> dict:
     with connect_or_start(args.vllm_url, config) as client:
         if args.vllm_url:  # a server of someone else's may serve the base model under any name
             client.base_model = next(m["id"] for m in client.models() if not m.get("parent"))
-        return bench_coteam(model_path, client, args)
+        figures = bench_coteam(model_path, client, args)
+    # the learner's process; the vLLM server's memory is its own (its KV cache is set at start)
+    figures["peak_memory_gb"] = peak_memory_gb()
+    return figures
 
 
 # -- TRL and comlrl: run in the bench environment --------------------------------------------
@@ -266,8 +270,11 @@ def bench_trl(model_path, args) -> dict:
             beta=0.0,
             num_generations=args.group_size,
             max_completion_length=args.max_tokens,
-            per_device_train_batch_size=args.tasks * args.group_size,  # T prompts x G: one step
-            gradient_accumulation_steps=1,
+            # one task's G completions a forward/backward, T of them accumulated into one step:
+            # CoTeam's learner also takes a group sharing a prompt as one batch (learner/magrpo.py);
+            # all T·G at once was killed for memory on 23 GB (2026-12-02). One generation per step.
+            per_device_train_batch_size=args.group_size,
+            gradient_accumulation_steps=args.tasks,
             activation_checkpointing=False,  # CoTeam's learner does not checkpoint either
             max_steps=1 + args.steps,
             learning_rate=cfg.learning_rate,
@@ -398,10 +405,16 @@ def run_part(part: str, model_path, args) -> dict:
         return json.loads(result.read_text())
 
 
+def peak_memory_gb() -> float:
+    """The peak resident memory of this process so far, in GB (Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
 def part_main(args) -> None:
     """In the bench environment: run one part and write its figures (or its error) as JSON."""
     try:
         figures = PARTS[args.part](provision_model(args.model), args)
+        figures["peak_memory_gb"] = peak_memory_gb()
     except Exception as e:
         traceback.print_exc()
         figures = {"skipped": f"{type(e).__name__}: {e}"}
@@ -427,7 +440,7 @@ def report(results: dict[str, dict]) -> dict[str, float]:
             f"{r['joint_samples_per_s']:9.3f}{r['tokens_per_step']:13.0f}{r['tokens_per_s']:10.1f}"
             f"{r['samples_per_s']:15.3f}"
         )
-        print(f"{'':22s}{r['engine']}")
+        print(f"{'':22s}{r['engine']}, peak memory {r['peak_memory_gb']:.1f} GB")
         if "updated" in r:
             print(
                 f"{'':22s}rollout {r['rollout_s']} s, update {r['update_s']} s, "
