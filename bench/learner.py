@@ -136,6 +136,15 @@ def step_figures(
     }
 
 
+def chat_prompt(tokenizer, messages: list[dict]) -> str:
+    """An agent's view as the text the model continues: a begun reply (the last message is the
+    assistant's) is continued, as vLLM does for CoTeam; otherwise a reply is opened."""
+    begun = messages[-1]["role"] == "assistant"
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=not begun, continue_final_message=begun, tokenize=False
+    )
+
+
 def token_count(tokenizer, texts) -> int:
     """Tokens generated for `texts` (the completions a trainer handed its reward function)."""
     return sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
@@ -241,14 +250,19 @@ def bench_trl(model_path, args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     generated: list[int] = []  # tokens of each reward call (one per step: T·G completions)
     views = [team_view(task, "single", 1) for task in tasks]
+    # the single agent's whole view as text, its begun reply included (TRL's chat path would
+    # close that reply and open another): the same start as CoTeam's `single`
     dataset = Dataset.from_list(
-        [{"prompt": messages[0], "task_index": i} for i, (_, messages) in enumerate(views)]
+        [
+            {"prompt": chat_prompt(tokenizer, observations[0]), "task_index": i}
+            for i, (_, observations) in enumerate(views)
+        ]
     )
 
     def coteam_coding_reward(prompts, completions, task_index, **columns) -> list[float]:
-        generated.append(token_count(tokenizer, [c[0]["content"] for c in completions]))
+        generated.append(token_count(tokenizer, completions))
         return [
-            coding_score(tasks[i], views[i][0], [completion[0]["content"]])
+            coding_score(tasks[i], views[i][0], [completion])
             for completion, i in zip(completions, task_index, strict=True)
         ]
 
@@ -314,16 +328,7 @@ def bench_comlrl(model_path, args) -> dict:
     views = [team_view(task, "parallel", AGENTS) for task in tasks]
     rows = []
     for i, (_, observations) in enumerate(views):
-        # a begun reply (the last message is the assistant's) is continued, as vLLM does for CoTeam
-        prompts = [
-            tokenizer.apply_chat_template(
-                messages,
-                add_generation_prompt=messages[-1]["role"] != "assistant",
-                continue_final_message=messages[-1]["role"] == "assistant",
-                tokenize=False,
-            )
-            for messages in observations
-        ]
+        prompts = [chat_prompt(tokenizer, messages) for messages in observations]
         rows.append({"task_index": i, **{f"prompt{a}": p for a, p in enumerate(prompts)}})
 
     generated = [0]  # tokens of the step running
