@@ -194,3 +194,25 @@ def test_the_retrain_signal_counts_the_pairs_the_preference_can_reorder(tmp_path
     signal = ratings.training_signal(tmp_path / "coteam.db", 0, ratings.attributed)
     assert signal["groups"] == 2 and signal["informative"] == 0  # no preference was added
     assert signal["pairs"] == {"differing": 2, "scored_alike": 1}
+
+
+@pytest.mark.integration
+def test_the_learner_bench_gives_trl_the_same_start_as_coteam(model_path: Path):
+    """`bench/learner.py` hands TRL the single agent's view as text that continues its begun reply
+    (the environment's opening: the problem's head), as vLLM continues it for CoTeam; a chat
+    prompt would close that reply and open another, and every completion scored 0. Scored as
+    CoTeam scores `single`, a right body beats a wrong one."""
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.spec_from_file_location("learner_bench", BENCH / "learner.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    task = next(t for t in bench.bench_tasks(2) if t.entry_point == "sort_third")
+    roles, observations = bench.team_view(task, "single", 1)
+    prompt = bench.chat_prompt(tokenizer, observations[0])
+    assert roles[0].reply_start and prompt.endswith(roles[0].reply_start)
+    assert prompt.count("<|im_start|>assistant") == 1
+    right = "    l = list(l)\n    l[::3] = sorted(l[::3])\n    return l\n```"
+    wrong = "    return l\n```"
+    assert bench.coding_score(task, roles, [right]) > bench.coding_score(task, roles, [wrong])
