@@ -17,7 +17,8 @@ into the vLLM server through NCCL, which needs a CUDA device.
             through the vLLM server, CoTeam's joint reward (sandboxed tests), A = R − mean(R),
             one policy-gradient step on each agent's LoRA, the new adapters loaded into vLLM
     TRL     GRPOTrainer with HF generate rollouts, a PEFT LoRA like CoTeam's, beta 0, the single
-            agent's prompt, reward = CoTeam's coding reward of the completion
+            agent's view with its begun reply continued (the same start as CoTeam's `single`),
+            one task's G completions a forward/backward, reward = CoTeam's coding reward
     comlrl  MAGRPOTrainer with HF generate rollouts, one model per agent (each with a LoRA like
             CoTeam's), each agent's own prompt, reward = CoTeam's coding reward of the joint code
 
