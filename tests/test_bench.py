@@ -79,17 +79,18 @@ def test_replotting_a_file_from_before_the_arms_says_so():
     assert "Traceback" not in done.stderr
 
 
-def ratings_bench():
-    spec = importlib.util.spec_from_file_location("ratings_bench", BENCH / "ratings.py")
-    ratings = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ratings)
-    return ratings
+def bench_module(name: str):
+    """A benchmark script of bench/ loaded as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_each_raters_taste_is_checkable():
     """`bench/ratings.py`: each simulated rater's taste is a check of the text (writing that says
     who said it, code whose names say what they hold), and nothing else counts as that."""
-    ratings = ratings_bench()
+    ratings = bench_module("ratings")
     attributed = ratings.PROPERTIES["summary"]["attributed"]
     assert attributed("Police said he had walked bare-chested for about two miles.")
     assert attributed("The detective told reporters little.")
@@ -118,7 +119,7 @@ def test_each_raters_taste_is_checkable():
 def test_the_thumbs_rater_thumbs_up_its_taste_and_the_control_flips_a_coin():
     """`bench/ratings.py --rating thumbs`: the rater's thumb follows the property alone; the
     control's does not depend on the text."""
-    ratings = ratings_bench()
+    ratings = bench_module("ratings")
     attributed, rng = ratings.PROPERTIES["summary"]["attributed"], random.Random(0)
     said, plain = "Police said the road reopens.", "The road reopens."
     assert [ratings.thumb("prefers", attributed, t, rng) for t in (said, plain)] == [1, -1]
@@ -130,7 +131,7 @@ def test_the_thumbs_rater_thumbs_up_its_taste_and_the_control_flips_a_coin():
 def test_the_counterbalanced_arms_vote_opposite_ways_and_their_divergence_is_reported():
     """`bench/ratings.py --rater counter`: the averse rater is the mirror of the one who prefers
     the property (the same ties), and several seeds' runs pool into one paired test."""
-    ratings = ratings_bench()
+    ratings = bench_module("ratings")
     commented, rng = ratings.PROPERTIES["coding"]["commented"], random.Random(0)
     plain, noted = "def f():\n    return 1\n", "def f():\n    # one\n    return 1\n"
     for left, right, prefers in (
@@ -160,7 +161,7 @@ def test_the_counterbalanced_arms_vote_opposite_ways_and_their_divergence_is_rep
 def test_a_ratings_run_names_the_code_it_measured():
     """Runs at one N read alike in the plot unless each names its commit (φ, penalties and the
     blend changed between runs of the same command)."""
-    ratings = ratings_bench()
+    ratings = bench_module("ratings")
     revision = ratings.code_revision()
     assert revision and " " not in revision
     figures = {
@@ -177,7 +178,7 @@ def test_the_retrain_signal_counts_the_pairs_the_preference_can_reorder(tmp_path
     same verdict) can the preference reorder, so they are counted apart."""
     import store
 
-    ratings = ratings_bench()
+    ratings = bench_module("ratings")
     said, plain = 'He said "it works well".', "It works."
     with store.open_db(tmp_path / "coteam.db") as db:
         task = store.create_task(db, "writing", "Summarise.")
@@ -204,9 +205,7 @@ def test_the_learner_bench_gives_trl_the_same_start_as_coteam(model_path: Path):
     CoTeam scores `single`, a right body beats a wrong one."""
     from transformers import AutoTokenizer
 
-    spec = importlib.util.spec_from_file_location("learner_bench", BENCH / "learner.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("learner")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     task = next(t for t in bench.bench_tasks(2) if t.entry_point == "sort_third")
     roles, observations = bench.team_view(task, "single", 1)
