@@ -5,8 +5,10 @@ which turns a run's episode records into results.json.
 Statistics: each group's metrics are averaged per task first (over the K samples), and every
 mean, CI and test is over tasks, so samples of one task are not counted as independent.
 Two-sided Welch t-tests (scipy.stats.ttest_ind, equal_var=False) of each multi-agent shape
-against each baseline and of each trained variant against the base, with Cohen's d, Hedges' g,
-Holm-adjusted p-values per metric, and a paired t-test on the shared tasks beside them. The
+against each baseline and of each trained variant against the base (and its team shapes against the base's baselines), with
+Cohen's d, Hedges' g, Holm-adjusted p-values per metric, and beside them a paired t-test and a
+sign test on the shared tasks, with the smallest pass@1 difference the sign test can detect at
+the discordance seen. The
 regression of completion time on consistency, T = α + βC, is fitted over the multi-agent
 episodes (scipy.stats.linregress).
 """
@@ -191,6 +193,23 @@ def paired_p(pairs: Sequence[tuple[float, float]]) -> float | None:
         return float(stats.ttest_rel([a for a, _ in pairs], [b for _, b in pairs]).pvalue)
 
 
+def sign_test(pairs: Sequence[tuple[float, float]], alpha: float = 0.05) -> dict:
+    """The sign test over paired per-task values: the tasks where `a` is higher, where `b` is,
+    the exact two-sided binomial p over those (None when none differ), and `detectable`: the
+    smallest difference of the means this test would call significant at `alpha` with as many
+    discordant tasks as these, when every value is 0 or 1 (pass@1 greedy): k of the d
+    discordant tasks one way, (2k − d) / n. None when no split of d is significant (or the
+    values are not 0/1)."""
+    a_higher = sum(a > b for a, b in pairs)
+    b_higher = sum(b > a for a, b in pairs)
+    d = a_higher + b_higher
+    p = float(stats.binomtest(a_higher, d).pvalue) if d else None
+    binary = bool(pairs) and all(v in (0, 1) for pair in pairs for v in pair)
+    k = next((k for k in range(d // 2 + 1, d + 1) if stats.binomtest(k, d).pvalue < alpha), None)
+    detectable = (2 * k - d) / len(pairs) if binary and k is not None else None
+    return {"a_higher": a_higher, "b_higher": b_higher, "sign_p": p, "detectable": detectable}
+
+
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     """Holm–Bonferroni adjusted p-values (None stays None)."""
     indexed = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
@@ -313,8 +332,10 @@ def _group_table(groups: dict, order: list, metrics: list[str], config: Any) -> 
 
 
 def _comparisons(config: Any) -> list[tuple[str, tuple, tuple]]:
-    """What is tested against what: each team shape against each baseline (same variant), and
-    each variant against the first (same shape)."""
+    """What is tested against what: each team shape against each baseline (same variant), each
+    variant against the first (same shape), and each other variant's team shapes against the
+    first variant's baselines (a trained team against one agent on the base model: what a person
+    gains over one untrained agent)."""
     comparisons = []
     for variant in config.variants:
         for shape in config.shapes:
@@ -327,6 +348,13 @@ def _comparisons(config: Any) -> list[tuple[str, tuple, tuple]]:
     for variant in list(config.variants)[1:]:
         for shape in config.shapes:
             comparisons.append(("variant_vs_base", (shape, variant), (shape, reference)))
+            if shape in BASELINES:
+                continue
+            for baseline in BASELINES:
+                if baseline in config.shapes:
+                    comparisons.append(
+                        ("variant_vs_base_baseline", (shape, variant), (baseline, reference))
+                    )
     return comparisons
 
 
@@ -353,6 +381,7 @@ def _tests(groups: dict, comparisons: list, metrics: list[str]) -> list[dict]:
                     "baseline_variant": b[1],
                     **result,
                     "paired_p": paired_p(shared),
+                    **sign_test(shared),
                 }
             )
         for test, adjusted in zip(family, holm([t["p"] for t in family]), strict=True):

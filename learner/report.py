@@ -78,6 +78,7 @@ def tests_table(
     """The significance tests as a Markdown table."""
     head = ["metric", "shape", "vs", "mean", "baseline mean", "diff", "rel.", "t", "df"]
     head += ["p (Welch)", "p (Holm)", "p (paired)", "Cohen's d", "Hedges' g"]
+    head += ["higher / lower", "p (sign)", "detectable"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in summary["tests"]:
         if (metrics and t["metric"] not in metrics) or (
@@ -100,6 +101,9 @@ def tests_table(
             _p(t["paired_p"]),
             _fmt(t["cohens_d"], 2),
             _fmt(t["hedges_g"], 2),
+            f"{t['a_higher']} / {t['b_higher']}" if "a_higher" in t else "–",
+            _p(t.get("sign_p")),
+            _fmt(t.get("detectable")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -167,7 +171,11 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
         "Cohen's d with the pooled sd, Hedges' g its small-sample correction; `rel.` is "
         "(mean − baseline mean)/|baseline mean|. p (Holm) adjusts for all comparisons of a metric; "
         "p (paired) is a paired t-test on the same tasks, for reference (the tasks are shared, so "
-        "it is the more sensitive one).",
+        "it is the more sensitive one). `higher / lower`: the tasks where the shape's value is "
+        "above / below the baseline's; p (sign) the exact two-sided sign test over them; "
+        "`detectable`: for 0/1 metrics (pass@1 greedy), the smallest difference of the means "
+        "the sign test would call significant (p < 0.05) with as many tasks differing as here "
+        "(– where no split of them would be).",
         "",
     ]
     if summary.get("untested"):
@@ -189,6 +197,9 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
     if any(t["comparison"] == "variant_vs_base" for t in summary["tests"]):
         out += ["### Trained variants against the base", ""]
         out += [tests_table(summary, comparison="variant_vs_base"), ""]
+    if any(t["comparison"] == "variant_vs_base_baseline" for t in summary["tests"]):
+        out += ["### Trained teams against the base model's baselines", ""]
+        out += [tests_table(summary, comparison="variant_vs_base_baseline"), ""]
     out += [
         "## Completion time against consistency",
         "",

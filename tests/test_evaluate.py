@@ -21,6 +21,7 @@ from learner.eval_stats import (
     paired_p,
     pass_at_k,
     regression,
+    sign_test,
     summarize,
     welch_test,
 )
@@ -89,6 +90,54 @@ def test_paired_p_and_holm():
     assert paired_p([(2, 1), (4, 2), (6, 3)]) == pytest.approx(0.0742, abs=1e-4)
     # sorted 0.01, 0.02, 0.04 -> 3·0.01, 2·0.02, 1·0.04 made monotone; None stays None
     assert holm([0.04, 0.01, None, 0.02]) == pytest.approx([0.04, 0.03, None, 0.04])
+
+
+def test_sign_test_and_the_smallest_difference_it_detects():
+    # 32 problems, 10 of them differing, 9 of those the first's way: p = 22/1024, and 9 of 10 is
+    # the least split of 10 that a two-sided test at 0.05 calls significant: (9 - 1) / 32
+    pairs = [(1, 0)] * 9 + [(0, 1)] + [(1, 1)] * 12 + [(0, 0)] * 10
+    out = sign_test(pairs)
+    assert (out["a_higher"], out["b_higher"]) == (9, 1)
+    assert out["sign_p"] == pytest.approx(22 / 1024)
+    assert out["detectable"] == pytest.approx(8 / 32)
+    # 5 differing problems: no split of 5 is significant (5 of 5 gives p = 1/16)
+    few = sign_test([(1, 0)] * 5 + [(1, 1)] * 27)
+    assert few["sign_p"] == pytest.approx(1 / 16) and few["detectable"] is None
+    assert sign_test([(0.5, 0.25)] * 8)["detectable"] is None  # not 0/1: no such reading
+    assert sign_test([(1, 1), (0, 0)]) == {
+        "a_higher": 0,
+        "b_higher": 0,
+        "sign_p": None,
+        "detectable": None,
+    }
+
+
+def test_a_trained_team_is_tested_against_the_base_models_single(tmp_path):
+    config = EvalConfig(
+        task="coding", shapes=("parallel", "single"), variants={"base": (), "v2": ("a", "b")}
+    )
+    rows = (
+        records("parallel", [0, 0, 1, 0])
+        + records("single", [1, 1, 1, 0])
+        + records("parallel", [1, 1, 1, 0], "v2")
+    )
+    s = summarize(rows, config, len(eval_tasks(config)))
+    [test] = [
+        t
+        for t in s["tests"]
+        if t["comparison"] == "variant_vs_base_baseline" and t["metric"] == "pass"
+    ]
+    assert (test["shape"], test["variant"]) == ("parallel", "v2")
+    assert (test["baseline"], test["baseline_variant"]) == ("single", "base")
+    assert (test["a_higher"], test["b_higher"]) == (0, 0) and test["diff"] == 0
+    # the trained `single` did not run: nothing is tested against it, and `single` is no team
+    assert not any(t["baseline_variant"] == "v2" and t["baseline"] == "single" for t in s["tests"])
+    assert not any(
+        t["comparison"] == "variant_vs_base_baseline" and t["shape"] == "single" for t in s["tests"]
+    )
+    write_report(s, tmp_path, rows)
+    text = (tmp_path / "report.md").read_text()
+    assert "### Trained teams against the base model's baselines" in text
 
 
 def test_regression_of_time_on_consistency():
