@@ -67,7 +67,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         base = provision_model(args.model)
-        start_with_shipped(args.db, base, then="; training goes on from it")
+        if train_args.fold is None:  # the shipped team was trained on the fixed split
+            start_with_shipped(args.db, base, then="; training goes on from it")
         # a resumed run's bar and curve go on from the steps done before it stopped
         history = read_checkpoint(resume_from)["history"] if resume_from else []
         bar = tqdm(

@@ -103,6 +103,27 @@ def trained_splits(db: Database, agent: int, version: int) -> set[str | None]:
     return splits
 
 
+def check_start_split(db: Database, active: dict[int, dict], fold: str | None) -> None:
+    """Refuse a training run on `fold` (None: the fixed split) that would start from a version
+    trained (itself or any version it came from) on another split: that split's training problems
+    include this run's held-out ones, so an evaluation of the result would have seen them.
+    `active` is {agent: row} of the versions the run would start from."""
+    held_out = f"fold {fold}" if fold else "the fixed split"
+    for agent, row in sorted(active.items()):
+        other = sorted(
+            f"fold {s}" if s else "the fixed split"
+            for s in trained_splits(db, agent, row["version"])
+            if s != fold
+        )
+        if other:
+            raise ValueError(
+                f"agent {agent + 1} serves {adapter_name(agent, row['version'])}, trained on "
+                f"{', '.join(other)}, whose training problems include held-out problems of "
+                f"{held_out}: train on a new database (--db) or roll the agents back to the base "
+                "model first (coteam adapters rollback --agent K)"
+            )
+
+
 def register_shipped(db: Database, model: str | Path, folder: Path = SHIPPED) -> list[dict]:
     """On a new installation (no adapter version of any agent in the registry yet), make the
     shipped team each agent's version 1, active, so a new user starts with the trained team; the

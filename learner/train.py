@@ -52,7 +52,13 @@ from learner.magrpo import (
     turn_groups,
 )
 from learner.preference import PreferenceModel, run_preference_model
-from learner.registry import adapter_name, ensure_loaded, publish_candidate, work_kind
+from learner.registry import (
+    adapter_name,
+    check_start_split,
+    ensure_loaded,
+    publish_candidate,
+    work_kind,
+)
 from learner.reward_config import RewardWeights
 from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
@@ -198,8 +204,10 @@ def start_run(
     for _ in range((first_step - 1) * cfg.tasks_per_step):  # the tasks the steps done drew
         next(task_stream)
     with store.open_db(db_path) as db:
-        start_names = ensure_loaded(db, client, args.agents, work_kind(args.task))
         active = store.active_adapters(db, work_kind(args.task))
+        if not resumed:  # a resumed run goes on from its own checkpoint
+            check_start_split(db, {a: active[a] for a in active if a < args.agents}, args.fold)
+        start_names = ensure_loaded(db, client, args.agents, work_kind(args.task))
     start_from = {agent: active[agent]["path"] for agent, name in enumerate(start_names) if name}
     if resumed:
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}

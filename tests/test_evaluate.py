@@ -427,6 +427,41 @@ def test_an_evaluation_by_fold_refuses_adapters_trained_on_its_held_out_problems
         TrainArgs(fold="2/1").check()
 
 
+def test_a_run_never_starts_from_a_version_trained_on_its_held_out_problems(tmp_path):
+    """A fold's run starts from the base model or a version of the same fold: a version trained
+    on the fixed split (the shipped team's) or on another fold has trained on some of the fold's
+    held-out problems, and the run is refused before anything loads, saying the way out."""
+    from learner.config import TrainArgs
+    from learner.registry import check_start_split
+
+    with store.open_db(tmp_path / "coteam.db") as db:
+
+        def version(agent: int, fold: str | None, parent: int | None = None) -> dict:
+            run = store.start_training_run(db, "manual", config=TrainArgs(fold=fold).to_json())
+            store.finish_training_run(db, run)
+            row = store.register_adapter(
+                db, agent, str(tmp_path / f"a{agent}-{fold}"), parent=parent, training_run_id=run
+            )
+            return store.activate_adapter(db, agent, row["version"])
+
+        fixed = {agent: version(agent, None) for agent in (0, 1)}
+        check_start_split(db, fixed, None)  # the fixed split's run goes on from its own team
+        for fold in ("1/2", "2/2"):
+            with pytest.raises(ValueError, match=f"agent 1 serves agent1-v1, trained on the fixed "
+                               f"split, .* held-out problems of fold {fold}: .*rollback"):  # fmt: skip
+                check_start_split(db, fixed, fold)
+        check_start_split(db, {}, "1/2")  # the base model: nothing held out was trained on
+        on_fold = {0: version(0, "1/2")}
+        check_start_split(db, on_fold, "1/2")
+        for other in ("2/2", None):
+            with pytest.raises(ValueError, match="agent1-v2, trained on fold 1/2, .* held-out"):
+                check_start_split(db, on_fold, other)
+        # a fold's version built on the fixed split's carries what its parent trained on
+        built_on_fixed = {0: version(0, "1/2", parent=1)}
+        with pytest.raises(ValueError, match="trained on the fixed split"):
+            check_start_split(db, built_on_fixed, "1/2")
+
+
 def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_path):
     """Two runs of `coteam eval --fold F/2` (a scripted policy: the pooling is what is tested)
     make one report over all their problems, paired across them; folders that are not the K folds
