@@ -5,12 +5,11 @@ which turns a run's episode records into results.json.
 Statistics: each group's metrics are averaged per task first (over the K samples), and every
 mean, CI and test is over tasks, so samples of one task are not counted as independent.
 Two-sided Welch t-tests (scipy.stats.ttest_ind, equal_var=False) of each multi-agent shape
-against each baseline and of each trained variant against the base (and its team shapes against the base's baselines), with
-Cohen's d, Hedges' g, Holm-adjusted p-values per metric, and beside them a paired t-test and a
-sign test on the shared tasks, with the smallest pass@1 difference the sign test can detect at
-the discordance seen. The
-regression of completion time on consistency, T = α + βC, is fitted over the multi-agent
-episodes (scipy.stats.linregress).
+against each baseline and of each trained variant against the base (and its team shapes against
+the base's baselines), with Cohen's d, Hedges' g, Holm-adjusted p-values per metric, and beside
+them a paired t-test and a sign test on the shared tasks, with the smallest pass@1 difference
+the sign test can detect at the discordance seen. The regression of completion time on
+consistency, T = α + βC, is fitted over the multi-agent episodes (scipy.stats.linregress).
 """
 
 from __future__ import annotations
