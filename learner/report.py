@@ -165,6 +165,25 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
         "",
         *[f"- **{METRICS[m][0]}**: {text}" for m, text in summary["definitions"].items()],
         "",
+    ]
+    out += _tests_section(summary)
+    out += [
+        "## Completion time against consistency",
+        "",
+        "Least squares T = α + βC over the multi-agent episodes (T: wall time in s, C: "
+        "consistency), pooled and per shape (scipy.stats.linregress; p is the slope's).",
+        "",
+        regression_text(summary),
+        "",
+    ]
+    if pictures:
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in pictures] + [""]
+    return "\n".join(line for line in out if line is not None) + "\n"
+
+
+def _tests_section(summary: dict) -> list[str]:
+    """The report's significance tests: how they are made, then one table per kind of comparison."""
+    out = [
         "## Significance tests",
         "",
         "Two-sided Welch t-tests over per-task values (scipy.stats.ttest_ind, equal_var=False); "
@@ -181,8 +200,7 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
     if summary.get("untested"):
         same = ", ".join(f"{METRICS[m][0]} ({v})" for m, v in summary["untested"].items())
         out += [f"Not tested, equal in every episode: {same}.", ""]
-    shapes = c["shapes"]
-    if "parallel" in shapes:
+    if "parallel" in summary["config"]["shapes"]:
         out += ["### parallel (MAGRPO's shape) against each baseline", ""]
         main = {**summary, "tests": [t for t in summary["tests"] if t["shape"] == "parallel"]}
         out += [tests_table(main, comparison="shape_vs_baseline"), ""]
@@ -200,18 +218,7 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
     if any(t["comparison"] == "variant_vs_base_baseline" for t in summary["tests"]):
         out += ["### Trained teams against the base model's baselines", ""]
         out += [tests_table(summary, comparison="variant_vs_base_baseline"), ""]
-    out += [
-        "## Completion time against consistency",
-        "",
-        "Least squares T = α + βC over the multi-agent episodes (T: wall time in s, C: "
-        "consistency), pooled and per shape (scipy.stats.linregress; p is the slope's).",
-        "",
-        regression_text(summary),
-        "",
-    ]
-    if pictures:
-        out += ["## Plots", ""] + [f"![{p}]({p})" for p in pictures] + [""]
-    return "\n".join(line for line in out if line is not None) + "\n"
+    return out
 
 
 def _plots(summary: dict, records: Sequence[dict], out_dir: Path) -> list[Path]:
