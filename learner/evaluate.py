@@ -57,7 +57,7 @@ from learner.coding_reward import defines_with_return, parses
 from learner.config import BASE_VARIANT, SPLITS, WRITING_SETS, EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
-from learner.registry import trained_splits
+from learner.registry import other_splits, split_label
 from learner.report import write_report
 from learner.rewards import Scored
 from store.paths import default_db_path
@@ -219,16 +219,14 @@ def check_held_out(config: EvalConfig, db_path: str | Path | None) -> None:
         for name in sorted(variant_adapters(config)):
             parsed = store.parse_adapter_name(name)
             try:
-                splits = trained_splits(db, *parsed) if parsed else set()
+                other = other_splits(db, *parsed, config.fold) if parsed else []
             except store.NotFound:
                 continue  # not registered: load_variant_adapters says so
-            other = sorted(str(s or "the fixed split") for s in splits if s != config.fold)
             if other:
-                held_out = f"fold {config.fold}" if config.fold else "the fixed split"
                 raise EvalError(
                     f"{name} was trained on the training problems of {', '.join(other)}, "
-                    f"which include held-out problems of {held_out}: evaluate it with the "
-                    "fold it was trained on"
+                    f"which include held-out problems of {split_label(config.fold)}: evaluate "
+                    "it with the fold it was trained on"
                 )
 
 

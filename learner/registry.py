@@ -103,24 +103,30 @@ def trained_splits(db: Database, agent: int, version: int) -> set[str | None]:
     return splits
 
 
+def split_label(fold: str | None) -> str:
+    """A split as the messages name it: "fold 1/2", or "the fixed split" for None."""
+    return f"fold {fold}" if fold else "the fixed split"
+
+
+def other_splits(db: Database, agent: int, version: int, fold: str | None) -> list[str]:
+    """The splits other than `fold` that the version or any version it came from was trained
+    on (`trained_splits`), named (`split_label`): those whose training problems include some of
+    `fold`'s held-out ones."""
+    return sorted(split_label(s) for s in trained_splits(db, agent, version) if s != fold)
+
+
 def check_start_split(db: Database, active: dict[int, dict], fold: str | None) -> None:
     """Refuse a training run on `fold` (None: the fixed split) that would start from a version
     trained (itself or any version it came from) on another split: that split's training problems
     include this run's held-out ones, so an evaluation of the result would have seen them.
     `active` is {agent: row} of the versions the run would start from."""
-    held_out = f"fold {fold}" if fold else "the fixed split"
     for agent, row in sorted(active.items()):
-        other = sorted(
-            f"fold {s}" if s else "the fixed split"
-            for s in trained_splits(db, agent, row["version"])
-            if s != fold
-        )
-        if other:
+        if other := other_splits(db, agent, row["version"], fold):
             raise ValueError(
                 f"agent {agent + 1} serves {adapter_name(agent, row['version'])}, trained on "
                 f"{', '.join(other)}, whose training problems include held-out problems of "
-                f"{held_out}: train on a new database (--db) or roll the agents back to the base "
-                "model first (coteam adapters rollback --agent K)"
+                f"{split_label(fold)}: train on a new database (--db) or roll the agents back to "
+                "the base model first (coteam adapters rollback --agent K)"
             )
 
 
