@@ -260,10 +260,17 @@ def with_word_time(record: dict) -> dict:
     return {**record, "word_time_s": record["time_s"] / words}
 
 
-def summarize(records: Sequence[dict], config: Any, task_count: int, command: str = "") -> dict:
+def summarize(
+    records: Sequence[dict],
+    config: Any,
+    task_count: int,
+    command: str = "",
+    expected: int | None = None,
+) -> dict:
     """Everything the report shows, as one JSON-ready dict (results.json). `config` is the run's
     `learner.evaluate.EvalConfig` and `task_count` its number of tasks (not imported: evaluate
-    imports this module)."""
+    imports this module); `expected` the episodes the run asked for (default: every variant,
+    shape and sample of every task)."""
     kind = config.task
     metrics = [m for m, (_, kinds) in METRICS.items() if kind in kinds]
     records = [with_word_time(r) for r in records]
@@ -280,7 +287,8 @@ def summarize(records: Sequence[dict], config: Any, task_count: int, command: st
     tested = [m for m in metrics if m not in constant]  # e.g. turns with a turn limit of 1: none
     tests = _tests(groups, _comparisons(config), tested)
     fits = _fits(records, groups, order)
-    expected = config.episode_count(task_count)
+    if expected is None:
+        expected = config.episode_count(task_count)
     return _clean(
         {
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

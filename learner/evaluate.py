@@ -174,14 +174,19 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
-def _check_folder(config: EvalConfig, out_dir: Path) -> None:
-    """A folder holds one run's episodes: refuse to mix in episodes made with other settings."""
+def _check_folder(config: EvalConfig, out_dir: Path, command: str = "") -> None:
+    """A folder holds one run's episodes: refuse to mix in episodes made with other settings.
+    Its config.json lists every invocation's part of the run (`runs`: shapes, variants, limit
+    and command), which the report covers together."""
     path = out_dir / "config.json"
     settings = config.episode_settings() | {"variants": config.variants}
+    part = {"shapes": list(config.shapes), "variants": list(config.variants)}
+    part |= {"limit": config.limit}
+    runs = []
     if path.exists():
         old = json.loads(path.read_text())
         variants = {**old.get("variants", {}), **config.variants}
-        clash = settings_clash(old, settings, ignore=("variants", "sampling"))
+        clash = settings_clash(old, settings, ignore=("variants", "sampling", "runs"))
         clash += [
             f"variant {name}"
             for name, adapters in config.variants.items()
@@ -193,9 +198,45 @@ def _check_folder(config: EvalConfig, out_dir: Path) -> None:
                 "use another --out folder, or the same settings to resume"
             )
         settings["variants"] = variants
+        runs = old.get("runs", [])
     out_dir.mkdir(parents=True, exist_ok=True)
     settings["sampling"] = asdict(config.sampling)  # for the record: derived from the above
+    if not any({k: r.get(k) for k in part} == part for r in runs):  # a resumed part: once
+        runs.append(part | {"command": command})
+    settings["runs"] = runs
     path.write_text(json.dumps(settings, indent=2, default=list) + "\n")
+
+
+def folder_run(config: EvalConfig, out_dir: str | Path) -> tuple[EvalConfig, set[tuple], str]:
+    """The whole run a folder holds, made by one or more invocations (config.json's `runs`):
+    its config (every part's shapes and variants), the episodes its parts asked for and their
+    commands, one after the other."""
+    settings = json.loads((Path(out_dir) / "config.json").read_text())
+    runs = settings["runs"]  # written by _check_folder before any episode runs
+    shapes = tuple(dict.fromkeys(s for run in runs for s in run["shapes"]))
+    names = dict.fromkeys(name for run in runs for name in run["variants"])
+    variants = {name: tuple(settings["variants"].get(name, ())) for name in names}
+    limits = [run.get("limit") for run in runs]
+    limit = None if None in limits else max(limits)
+    whole = replace(config, shapes=shapes, variants=variants, limit=limit)
+    wanted = set()
+    for run in runs:
+        asked = {name: variants[name] for name in run["variants"]}
+        part = replace(whole, shapes=tuple(run["shapes"]), variants=asked, limit=run.get("limit"))
+        wanted |= episode_keys(part, eval_tasks(part))
+    commands = "; ".join(run["command"] for run in runs if run.get("command"))
+    return whole, wanted, commands
+
+
+def episode_keys(config: EvalConfig, tasks: Sequence[Task]) -> set[tuple]:
+    """The record keys of the episodes a run over `tasks` asks for."""
+    return {
+        (task_name(t), s, v, g)
+        for t in tasks
+        for s in config.shapes
+        for v in config.variants
+        for g in range(config.samples)
+    }
 
 
 def settings_clash(old: dict, new: dict, ignore: Sequence[str]) -> list[str]:
@@ -317,6 +358,7 @@ def evaluate(
     attempts: int = 3,
     max_failures: int = 3,
     server_wait_s: float = 900.0,
+    command: str = "",
 ) -> list[dict]:
     """Run what DIR/episodes.jsonl lacks of tasks × variants × shapes × K samples, score and record
     each episode, append its line; return the records of the whole requested set.
@@ -329,7 +371,7 @@ def evaluate(
     out_dir = Path(out_dir)
     db_path = str(db or default_db_path())
     check_held_out(config, db_path)
-    _check_folder(config, out_dir)
+    _check_folder(config, out_dir, command)
     with store.open_db(db_path) as database:
         store.recover_interrupted(database)  # a killed run leaves its episodes 'running'
     tasks = eval_tasks(config)
@@ -351,13 +393,7 @@ def evaluate(
         _journal_units(units, run, journal, done, bar, config.concurrency, attempts, max_failures)
     finally:
         bar.close()
-    wanted = {
-        (task_name(t), s, v, g)
-        for t in tasks
-        for s in config.shapes
-        for v in config.variants
-        for g in range(config.samples)
-    }
+    wanted = episode_keys(config, tasks)
     return [r for r in read_records(journal) if record_key(r) in wanted]
 
 
@@ -441,9 +477,14 @@ def run_eval(
     progress: bool = True,
     command: str = "",
 ) -> dict:
-    """Evaluate, then write results.json, report.md and the plots; return the summary."""
-    records = evaluate(config, policy, out_dir, db=db, progress=progress)
-    summary = summarize(records, config, len(eval_tasks(config)), command=command)
+    """Evaluate, then write results.json, report.md and the plots over the folder's whole run
+    (every invocation's part of it); return the summary."""
+    evaluate(config, policy, out_dir, db=db, progress=progress, command=command)
+    whole, wanted, commands = folder_run(config, out_dir)
+    records = [r for r in read_records(Path(out_dir) / "episodes.jsonl") if record_key(r) in wanted]
+    summary = summarize(
+        records, whole, len(eval_tasks(whole)), command=commands, expected=len(wanted)
+    )
     (Path(out_dir) / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_report(summary, out_dir, records)
     return summary

@@ -21,16 +21,18 @@ from learner.eval_stats import summarize
 from learner.evaluate import eval_tasks, read_records, settings_clash
 from learner.report import write_report
 
-NOT_SHARED = ("fold", "variants", "sampling")  # what the K runs may differ in
+NOT_SHARED = ("fold", "variants", "sampling", "runs", "asked")  # what the K runs may differ in
 
 
 def _run_settings(folder: Path) -> dict:
-    """The run's episode settings (config.json) with its task limit and shapes (results.json)."""
+    """The run's episode settings (config.json) with its task limit and shapes and the episodes
+    it asked for (results.json)."""
     paths = [folder / "config.json", folder / "results.json"]
     if not all(path.is_file() for path in paths):
         raise EvalError(f"{folder} holds no finished evaluation: run its `coteam eval` there")
     settings, results = (json.loads(path.read_text()) for path in paths)
-    return settings | {k: results["config"][k] for k in ("limit", "shapes")}
+    asked = results["episodes"] + results["missing"]
+    return settings | {k: results["config"][k] for k in ("limit", "shapes")} | {"asked": asked}
 
 
 def _check_design(folders: Sequence[Path], settings: list[dict]) -> list[str]:
@@ -84,7 +86,8 @@ def pool_folds(folders: Sequence[str | Path], out_dir: str | Path, command: str 
         record["task_index"] = order.get(record["task"], len(order))
     pooled = dataclasses.replace(configs[0], variants=variants)
     pooled.fold = " + ".join(folds)  # recorded as run: K folds, each problem held out once
-    summary = summarize(records, pooled, len(tasks), command=command)
+    asked = sum(s["asked"] for s in settings)
+    summary = summarize(records, pooled, len(tasks), command=command, expected=asked)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -371,6 +371,36 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     assert evaluate(greedy_anyway, again, out, db=db, progress=False) == rows  # K=1 ignores seeds
 
 
+def test_a_folder_filled_by_several_invocations_reports_them_all(tmp_path):
+    """`coteam eval` twice into one folder, with other shapes and variants (e.g. the trained
+    team, then `single` on the base model): the report covers both parts, compares across them,
+    lists both commands and counts missing only what was asked for."""
+    out, db = tmp_path / "eval", tmp_path / "db"
+    team = EvalConfig(
+        task="coding", limit=2, shapes=("parallel",), variants={"base": (), "t": ("a", "b")}
+    )
+    parts = [
+        (team, "coteam eval A"),
+        (replace(team, shapes=("single",), variants={"base": ()}), "B"),
+    ]
+    for config, command in [*parts, parts[0]]:  # the first again: a resumed part, nothing new
+        summary = run_eval(
+            config, ScriptedPolicy(solving_reply), out, db=db, progress=False, command=command
+        )
+    assert summary["episodes"] == 6 and summary["missing"] == 0  # t x single was never asked
+    assert summary["command"] == "coteam eval A; B"
+    assert [(g["shape"], g["variant"]) for g in summary["groups"]] == [
+        ("parallel", "base"),
+        ("single", "base"),
+        ("parallel", "t"),
+    ]
+    assert ("parallel", "t", "single", "base") in {
+        (t["shape"], t["variant"], t["baseline"], t["baseline_variant"]) for t in summary["tests"]
+    }
+    assert len(json.loads((out / "config.json").read_text())["runs"]) == 2
+    assert "coteam eval A; B" in (out / "report.md").read_text()
+
+
 def test_an_evaluation_by_fold_refuses_adapters_trained_on_its_held_out_problems(tmp_path):
     """A team trained on fold 1/2 is evaluated on fold 1/2's held-out problems; one trained on
     the fixed split (or built on a version that was) has trained on some of them and is refused,
@@ -470,13 +500,18 @@ def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_pat
     for fold in ("1/2", "2/2"):  # each fold's team: its own versions (as fold training makes)
         team = {"trained": tuple(f"agent{a}-v{fold[0]}" for a in (1, 2))}
         config = EvalConfig(task="coding", fold=fold, limit=2, shapes=("parallel", "single"))
-        config = replace(config, variants={"base": ()} | team)
+        run_eval(config, ScriptedPolicy(solving_reply), tmp_path / fold[0], db=db, progress=False)
+        config = replace(config, shapes=("parallel",), variants={"base": ()} | team)
         run_eval(config, ScriptedPolicy(solving_reply), tmp_path / fold[0], db=db, progress=False)
     argv = ["eval", "--task", "coding", "--out", str(tmp_path / "pooled"), "--pool"]
     assert main([*argv, str(tmp_path / "1"), str(tmp_path / "2")]) == 0
     pooled = json.loads((tmp_path / "pooled" / "results.json").read_text())
     assert pooled["tasks"] == [f"HumanEval/{i}" for i in range(4)]  # 0, 2 of fold 1; 1, 3 of 2
-    assert pooled["episodes"] == 16 and pooled["missing"] == 0
+    # each fold's folder holds both invocations' episodes (the trained team never ran alone)
+    assert pooled["episodes"] == 12 and pooled["missing"] == 0
+    assert ("parallel", "trained", "single", "base") in {
+        (t["shape"], t["variant"], t["baseline"], t["baseline_variant"]) for t in pooled["tests"]
+    }
     assert pooled["config"]["fold"] == "1/2 + 2/2"
     assert pooled["config"]["variants"]["trained"] == [
         "agent1-v1 (1/2) / agent1-v2 (2/2)",
