@@ -102,7 +102,8 @@ DEFINITIONS = {
 }
 TIME_VS_SINGLE = (
     "mean over tasks of the episode's wall time divided by `single`'s on the same task (same "
-    "variant, same run); only when `single` ran"
+    "variant, or the first variant's (the base model's) where this one's `single` did not run; "
+    "same run); only when `single` ran"
 )
 for _kind in DEFINITIONS.values():
     _kind["time_vs_single"] = TIME_VS_SINGLE
@@ -328,7 +329,7 @@ def _group_table(groups: dict, order: list, metrics: list[str], config: Any) -> 
             "metrics": {m: mean_ci(list(per_task(rows, m).values())) for m in metrics},
             "pass_at_k": _pass_at_k(rows, config),
         }
-        single = groups.get(("single", variant))
+        single = groups.get(("single", variant)) or groups.get(("single", order[0][1]))
         for field, metric in (("time_s", "time_vs_single"), ("word_time_s", "word_time_vs_single")):
             if single and metric in metrics:
                 base, own = per_task(single, field), per_task(rows, field)

@@ -397,6 +397,8 @@ def test_a_folder_filled_by_several_invocations_reports_them_all(tmp_path):
     assert ("parallel", "t", "single", "base") in {
         (t["shape"], t["variant"], t["baseline"], t["baseline_variant"]) for t in summary["tests"]
     }
+    # the trained team's time is against the base model's single (it has no single of its own)
+    assert summary["groups"][2]["metrics"]["time_vs_single"]["n"] == 2
     assert len(json.loads((out / "config.json").read_text())["runs"]) == 2
     assert "coteam eval A; B" in (out / "report.md").read_text()
 
