@@ -25,14 +25,18 @@ NOT_SHARED = ("fold", "variants", "sampling", "runs", "asked")  # what the K run
 
 
 def _run_settings(folder: Path) -> dict:
-    """The run's episode settings (config.json) with its task limit and shapes and the episodes
-    it asked for (results.json)."""
+    """The run's episode settings (config.json) with its task limit, shapes and groups in flight
+    and the episodes it asked for (results.json)."""
     paths = [folder / "config.json", folder / "results.json"]
     if not all(path.is_file() for path in paths):
         raise EvalError(f"{folder} holds no finished evaluation: run its `coteam eval` there")
     settings, results = (json.loads(path.read_text()) for path in paths)
     asked = results["episodes"] + results["missing"]
-    return settings | {k: results["config"][k] for k in ("limit", "shapes")} | {"asked": asked}
+    return (
+        settings
+        | {k: results["config"][k] for k in ("limit", "shapes", "concurrency")}
+        | {"asked": asked}
+    )
 
 
 def _check_design(folders: Sequence[Path], settings: list[dict]) -> list[str]:

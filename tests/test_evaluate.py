@@ -501,7 +501,9 @@ def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_pat
     db = tmp_path / "db"
     for fold in ("1/2", "2/2"):  # each fold's team: its own versions (as fold training makes)
         team = {"trained": tuple(f"agent{a}-v{fold[0]}" for a in (1, 2))}
-        config = EvalConfig(task="coding", fold=fold, limit=2, shapes=("parallel", "single"))
+        config = EvalConfig(
+            task="coding", fold=fold, limit=2, shapes=("parallel", "single"), concurrency=2
+        )
         run_eval(config, ScriptedPolicy(solving_reply), tmp_path / fold[0], db=db, progress=False)
         config = replace(config, shapes=("parallel",), variants={"base": ()} | team)
         run_eval(config, ScriptedPolicy(solving_reply), tmp_path / fold[0], db=db, progress=False)
@@ -515,6 +517,7 @@ def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_pat
         (t["shape"], t["variant"], t["baseline"], t["baseline_variant"]) for t in pooled["tests"]
     }
     assert pooled["config"]["fold"] == "1/2 + 2/2"
+    assert pooled["config"]["concurrency"] == 2  # as the folds ran (their wall times depend on it)
     assert pooled["config"]["variants"]["trained"] == [
         "agent1-v1 (1/2) / agent1-v2 (2/2)",
         "agent2-v1 (1/2) / agent2-v2 (2/2)",
@@ -524,7 +527,7 @@ def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_pat
         pool_folds([tmp_path / "1"], tmp_path / "x")
     with pytest.raises(EvalError, match="different folds of one K"):
         pool_folds([tmp_path / "1", tmp_path / "1"], tmp_path / "x")
-    config = EvalConfig(task="coding", fold="2/2", limit=2, shapes=("parallel", "single"), agents=3)
+    config = replace(config, variants={"base": ()}, shapes=("parallel", "single"), agents=3)
     run_eval(config, ScriptedPolicy(solving_reply), tmp_path / "3", db=db, progress=False)
     with pytest.raises(EvalError, match="other settings \\(agents, variants\\)"):
         pool_folds([tmp_path / "1", tmp_path / "3"], tmp_path / "x")
