@@ -180,8 +180,11 @@ def _check_folder(config: EvalConfig, out_dir: Path, command: str = "") -> None:
     and command), which the report covers together."""
     path = out_dir / "config.json"
     settings = config.episode_settings() | {"variants": config.variants}
-    part = {"shapes": list(config.shapes), "variants": list(config.variants)}
-    part |= {"limit": config.limit}
+    part = {
+        "shapes": list(config.shapes),
+        "variants": list(config.variants),
+        "limit": config.limit,
+    }
     runs = []
     if path.exists():
         old = json.loads(path.read_text())
