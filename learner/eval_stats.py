@@ -329,7 +329,8 @@ def _group_table(groups: dict, order: list, metrics: list[str], config: Any) -> 
             "metrics": {m: mean_ci(list(per_task(rows, m).values())) for m in metrics},
             "pass_at_k": _pass_at_k(rows, config),
         }
-        single = groups.get(("single", variant)) or groups.get(("single", order[0][1]))
+        reference = next(iter(config.variants))  # the base model, as `_comparisons` has it
+        single = groups.get(("single", variant)) or groups.get(("single", reference))
         for field, metric in (("time_s", "time_vs_single"), ("word_time_s", "word_time_vs_single")):
             if single and metric in metrics:
                 base, own = per_task(single, field), per_task(rows, field)

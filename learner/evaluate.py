@@ -218,7 +218,7 @@ def folder_run(config: EvalConfig, out_dir: str | Path) -> tuple[EvalConfig, set
     runs = settings["runs"]  # written by _check_folder before any episode runs
     shapes = tuple(dict.fromkeys(s for run in runs for s in run["shapes"]))
     names = dict.fromkeys(name for run in runs for name in run["variants"])
-    variants = {name: tuple(settings["variants"].get(name, ())) for name in names}
+    variants = {name: tuple(settings["variants"][name]) for name in names}  # every part's
     limits = [run.get("limit") for run in runs]
     limit = None if None in limits else max(limits)
     whole = replace(config, shapes=shapes, variants=variants, limit=limit)
