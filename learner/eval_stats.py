@@ -264,14 +264,13 @@ def with_word_time(record: dict) -> dict:
 def summarize(
     records: Sequence[dict],
     config: Any,
-    task_count: int,
+    expected: int,
     command: str = "",
-    expected: int | None = None,
 ) -> dict:
     """Everything the report shows, as one JSON-ready dict (results.json). `config` is the run's
-    `learner.evaluate.EvalConfig` and `task_count` its number of tasks (not imported: evaluate
-    imports this module); `expected` the episodes the run asked for (default: every variant,
-    shape and sample of every task)."""
+    `learner.evaluate.EvalConfig` (not imported: evaluate imports this module); `expected` the
+    episodes the run asked for (`config.episode_count(tasks)` for one invocation over `tasks`
+    tasks), what the report counts as missing."""
     kind = config.task
     metrics = [m for m, (_, kinds) in METRICS.items() if kind in kinds]
     records = [with_word_time(r) for r in records]
@@ -288,8 +287,6 @@ def summarize(
     tested = [m for m in metrics if m not in constant]  # e.g. turns with a turn limit of 1: none
     tests = _tests(groups, _comparisons(config), tested)
     fits = _fits(records, groups, order)
-    if expected is None:
-        expected = config.episode_count(task_count)
     return _clean(
         {
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

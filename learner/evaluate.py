@@ -3,7 +3,7 @@ the rewards (`coteam eval`). This module holds the run's config and the runner; 
 are in `learner/eval_stats.py`, the report and plots in `learner/report.py`.
 
     records = evaluate(config, policy, out_dir)      # runs, scores, appends DIR/episodes.jsonl
-    summary = summarize(records, config, len(eval_tasks(config)))  # -> DIR/results.json
+    summary = summarize(records, config, expected)  # -> DIR/results.json
     write_report(summary, out_dir, records)          # -> DIR/report.md and DIR/*.png
 
 `run_eval` does the three. A run is tasks × variants × shapes × K samples; a variant is a named
@@ -485,9 +485,7 @@ def run_eval(
     evaluate(config, policy, out_dir, db=db, progress=progress, command=command)
     whole, wanted, commands = folder_run(config, out_dir)
     records = [r for r in read_records(Path(out_dir) / "episodes.jsonl") if record_key(r) in wanted]
-    summary = summarize(
-        records, whole, len(eval_tasks(whole)), command=commands, expected=len(wanted)
-    )
+    summary = summarize(records, whole, len(wanted), command=commands)
     (Path(out_dir) / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_report(summary, out_dir, records)
     return summary

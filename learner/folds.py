@@ -91,7 +91,7 @@ def pool_folds(folders: Sequence[str | Path], out_dir: str | Path, command: str 
     pooled = dataclasses.replace(configs[0], variants=variants)
     pooled.fold = " + ".join(folds)  # recorded as run: K folds, each problem held out once
     asked = sum(s["asked"] for s in settings)
-    summary = summarize(records, pooled, len(tasks), command=command, expected=asked)
+    summary = summarize(records, pooled, asked, command=command)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")

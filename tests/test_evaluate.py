@@ -121,7 +121,7 @@ def test_a_trained_team_is_tested_against_the_base_models_single(tmp_path):
         + records("single", [1, 1, 1, 0])
         + records("parallel", [1, 1, 1, 0], "v2")
     )
-    s = summarize(rows, config, len(eval_tasks(config)))
+    s = summarize(rows, config, asked(config))
     [test] = [
         t
         for t in s["tests"]
@@ -151,6 +151,11 @@ def test_regression_of_time_on_consistency():
     assert fit["n"] == 4 and 0 < fit["p"] < 1
     assert regression([0, 0, 0], [1, 2, 3]) is None  # no spread in C
     assert regression([0, 1], [1, 2]) is None
+
+
+def asked(config):
+    """The episodes one invocation of `config` asks for (what the report counts as missing)."""
+    return config.episode_count(len(eval_tasks(config)))
 
 
 def records(shape, values, variant="base", consistency=0.5, time_s=None):
@@ -184,7 +189,7 @@ def test_summary_tests_each_shape_against_each_baseline():
         + records("single", [1, 0, 0, 0])
         + records("naive_concat", [0, 1, 0, 0], consistency=0.1)
     )
-    s = summarize(rows, config, len(eval_tasks(config)))
+    s = summarize(rows, config, asked(config))
     groups = {g["shape"]: g for g in s["groups"]}
     assert groups["parallel"]["metrics"]["pass"]["mean"] == 0.75
     assert groups["single"]["metrics"]["consistency"]["mean"] is None
@@ -225,7 +230,7 @@ def test_summary_averages_samples_per_task_and_tests_variants_against_base(tmp_p
         for i, task in enumerate(passes):
             for g, v in enumerate(task):
                 rows += [{**records("parallel", [v], variant)[0], "task": f"T/{i}", "sample": g}]
-    s = summarize(rows, config, len(eval_tasks(config)))
+    s = summarize(rows, config, asked(config))
     v2 = next(g for g in s["groups"] if g["variant"] == "v2")
     assert v2["tasks"] == 2 and v2["episodes"] == 6
     assert v2["metrics"]["pass"]["mean"] == pytest.approx((2 / 3 + 1) / 2)
@@ -246,7 +251,12 @@ def test_write_report_from_a_summary(tmp_path):
     config = EvalConfig(task="coding", shapes=("parallel", "single"))
     rows = records("parallel", [1, 1, 0], consistency=0.9) + records("single", [1, 0, 0])
     rows[1]["consistency"] = 0.2
-    s = summarize(rows, config, len(eval_tasks(config)), command="coteam eval --task coding")
+    s = summarize(
+        rows,
+        config,
+        asked(config),
+        command="coteam eval --task coding",
+    )
     files = write_report(s, tmp_path, rows)
     names = {f.name for f in files}
     assert {"report.md", "pass.png", "tests.png", "time_vs_consistency.png"} <= names
@@ -754,7 +764,7 @@ def test_time_against_single_is_the_mean_per_task_ratio():
     config = EvalConfig(shapes=("parallel", "single"), limit=3)
     rows = records("parallel", [1, 1, 1], time_s=[5.0, 10.0, 3.0])
     rows += records("single", [1, 1, 1], time_s=[10.0, 10.0, 12.0])
-    groups = {g["shape"]: g for g in summarize(rows, config, len(eval_tasks(config)))["groups"]}
+    groups = {g["shape"]: g for g in summarize(rows, config, asked(config))["groups"]}
     assert groups["parallel"]["metrics"]["time_vs_single"]["mean"] == pytest.approx(
         (0.5 + 1 + 0.25) / 3
     )
@@ -769,7 +779,7 @@ def test_writing_time_per_word_against_single_counts_what_each_wrote():
     rows += records("single", [0, 0], time_s=[10.0, 16.0])
     for row, words in zip(rows, ([100, 100], [50, 50], [100], [100]), strict=True):
         row["words"] = words
-    groups = {g["shape"]: g for g in summarize(rows, config, 2)["groups"]}
+    groups = {g["shape"]: g for g in summarize(rows, config, config.episode_count(2))["groups"]}
     team = groups["parallel"]["metrics"]
     assert team["time_vs_single"]["mean"] == pytest.approx((1.0 + 0.5) / 2)
     assert team["word_time_vs_single"]["mean"] == pytest.approx((0.5 + 0.5) / 2)
