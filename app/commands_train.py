@@ -13,6 +13,9 @@ from pathlib import Path
 from app.commands_episode import episode_policy
 from app.commands_serve import quiet_request_logs
 
+# what a step's line says of its sampled answers, where the step recorded it
+SAMPLED = (("pass_rate", "passed"), ("helper_called", "helper called"))
+
 
 def _train_args(args: argparse.Namespace):
     """The run's config: TrainArgs' defaults, changed by the flags that were given; validated."""
@@ -79,9 +82,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             history.append(metrics)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", step_s=metrics["step_s"])
+            did = [f"{name} {metrics[key]:.0%}" for key, name in SAMPLED if key in metrics]
             tqdm.write(
                 f"step {metrics['step']}: mean joint reward {metrics['reward_mean']:.3f} "
                 f"(best {metrics['reward_max']:.3f}, {metrics['step_s']:.0f} s)"
+                + (f"; sampled answers: {', '.join(did)}" if did else "")
                 + ("" if metrics["updated"] else "; no signal, no update")
             )
             plot_training_curve(history, curve, f"training run {run_id}", pass_steps)

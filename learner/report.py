@@ -305,45 +305,72 @@ def _save(fig, path: Path) -> Path:
 # -- training curve --------------------------------------------------------------------------
 
 
+# what the lower panel shows of the sampled answers, where a run's steps recorded it
+BEHAVIOUR_CURVES = {
+    "pass_rate": "passed (tests or verdict)",
+    "helper_called": "entry author calls the helper",
+    "role_violations": "role violations",
+}
+
+
 def training_curve_figure(
     history: list[dict], title: str = "MAGRPO", pass_steps: int | None = None
 ):
-    """The reward curve of a run (`history` as `learner.train.train` returns it): mean and best
-    joint reward per step, as a matplotlib figure (closed, for `gr.Plot` or `savefig`).
+    """The curves of a run (`history` as `learner.train.train` returns it), as a matplotlib
+    figure (closed, for `gr.Plot` or `savefig`): mean and best joint reward per step and, below,
+    what the sampled answers did (`BEHAVIOUR_CURVES`: the share that passed and, for a coding
+    team, that called the helper and that broke a role), where the steps recorded it.
 
     With `pass_steps` (steps per pass over a small task set that training cycles through), the
     mean of each pass is drawn at its last step: passes see the same tasks, so they compare; a
     moving mean of 3 steps otherwise.
     """
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    shown = [k for k in BEHAVIOUR_CURVES if history and all(k in h for h in history)]
+    rows = 2 if shown else 1
+    fig, axes = plt.subplots(rows, 1, figsize=(6, 3.5 * rows), dpi=100, squeeze=False)
+    ax = axes[0][0]
     steps = [h["step"] for h in history]
-    means = [h["reward_mean"] for h in history]
     if history:
-        ax.plot(steps, means, marker="o", label="mean joint reward")
+        ax.plot(steps, [h["reward_mean"] for h in history], marker="o", label="mean joint reward")
         ax.plot(steps, [h["reward_max"] for h in history], ls="--", alpha=0.6, label="best sample")
-    if pass_steps and len(history) >= 2 * pass_steps:
-        ends = range(pass_steps, len(history) + 1, pass_steps)
-        per_pass = [sum(means[end - pass_steps : end]) / pass_steps for end in ends]
-        ax.plot(
-            [steps[end - 1] for end in ends], per_pass, marker="s", lw=2,
-            label=f"mean per pass over the tasks ({pass_steps} steps)",
-        )  # fmt: skip
-    elif len(history) >= 3:
-        window = 3
-        smooth = [
-            sum(means[max(0, i - window + 1) : i + 1]) / min(i + 1, window)
-            for i in range(len(means))
-        ]
-        ax.plot(steps, smooth, lw=2, alpha=0.8, label=f"moving mean ({window})")
-    ax.set_xlabel("training step")
+        _smoothed(ax, steps, [h["reward_mean"] for h in history], pass_steps)
     ax.set_ylabel("joint reward")
     ax.set_title(title if history else "No training run with steps yet")
-    ax.grid(alpha=0.3)
-    if history:
-        ax.legend(loc="best", fontsize=8)
+    if shown:
+        below = axes[1][0]
+        for key in shown:
+            values = [h[key] for h in history]
+            (line,) = below.plot(steps, values, ls="", marker=".", alpha=0.5)
+            _smoothed(below, steps, values, pass_steps, BEHAVIOUR_CURVES[key], line.get_color())
+        below.set_ylim(-0.02, 1.02)
+        below.set_ylabel("share of sampled answers")
+    for row in axes:
+        row[0].set_xlabel("training step")
+        row[0].grid(alpha=0.3)
+        if history:
+            row[0].legend(loc="best", fontsize=8)
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def _smoothed(ax, steps, values, pass_steps, label=None, color=None) -> None:
+    """The mean of each pass over the tasks at its last step, or a moving mean of 3 steps."""
+    if pass_steps and len(values) >= 2 * pass_steps:
+        ends = range(pass_steps, len(values) + 1, pass_steps)
+        per_pass = [sum(values[end - pass_steps : end]) / pass_steps for end in ends]
+        label = label or f"mean per pass over the tasks ({pass_steps} steps)"
+        ax.plot([steps[e - 1] for e in ends], per_pass, marker="s", lw=2, label=label, color=color)
+    elif len(values) >= 3:
+        window = 3
+        smooth = [
+            sum(values[max(0, i - window + 1) : i + 1]) / min(i + 1, window)
+            for i in range(len(values))
+        ]
+        label = label or f"moving mean ({window})"
+        ax.plot(steps, smooth, lw=2, alpha=0.8, label=label, color=color)
+    elif label:  # too few steps to smooth: the points alone, named
+        ax.plot([], [], marker=".", ls="", label=label, color=color)
 
 
 def plot_training_curve(

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -65,6 +66,17 @@ from store.paths import default_db_path, runs_dir
 
 log = logging.getLogger(__name__)
 CROSS_WORKERS = 4  # recombined joint actions judged at once (each program's tests: a subprocess)
+
+
+class Group(NamedTuple):
+    """One task's group of a step: its G results, their rewards [G], each agent's returns
+    [agents, G] (the rewards, or crossed each sample's mean over its mixes) and each result's
+    reward components."""
+
+    results: list
+    rewards: torch.Tensor
+    returns: torch.Tensor
+    components: list[dict[str, float]]
 
 
 class Cancelled(Exception):
@@ -249,7 +261,7 @@ def start_run(
     )
 
 
-def rollout(run: _Run, step_tasks: list[Task]) -> list[tuple]:
+def rollout(run: _Run, step_tasks: list[Task]) -> list[Group]:
     """The step's tasks at once, each one's group played and scored (`rollout_group`)."""
     with ThreadPoolExecutor(max_workers=len(step_tasks)) as pool:
         one = functools.partial(
@@ -265,13 +277,13 @@ def rollout(run: _Run, step_tasks: list[Task]) -> list[tuple]:
         return list(pool.map(one, step_tasks))
 
 
-def advantages(run: _Run, groups: list[tuple]) -> _Batch:
+def advantages(run: _Run, groups: list[Group]) -> _Batch:
     """Each agent's calls with signal and their advantages A = R − mean(R) over the group (per
     turn with several; per agent its own returns when crossed); a group whose advantages are
     all zero carries no signal and is left out."""
     cfg = run.args.magrpo
     batch = _Batch({agent: ([], []) for agent in range(run.args.agents)}, 0, 0, [])
-    for results, _, returns in groups:
+    for results, _, returns, _ in groups:
         taken = [r.turns for r in results]
         batch.turns_taken.extend(taken)
         # per agent: the same returns (aligned) or each agent's own (cross pairing)
@@ -309,12 +321,13 @@ def update(run: _Run, batch: _Batch, step: int) -> tuple[dict, bool]:
 
 def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, times) -> dict:
     """What a step is logged with (the admin tab's curves and `coteam train`'s progress)."""
-    rewards = [reward for _, group, _ in groups for reward in group.tolist()]
+    rewards = [reward for group in groups for reward in group.rewards.tolist()]
     calls = [samples for samples, _ in batch.per_agent.values()]
     return {
         "step": step,
         "reward_mean": sum(rewards) / len(rewards),
         "reward_max": max(rewards),
+        **sampled_behaviour(groups),
         "rollout_s": round(times["rollout_s"], 1),
         "update_s": round(times["update_s"], 1),
         "step_s": round(times["rollout_s"] + times["update_s"], 1),
@@ -324,7 +337,7 @@ def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, t
         "groups_with_signal": batch.signalled,
         # every call of every joint sample
         "tokens_generated": sum(
-            s["completion_tokens"] for results, _, _ in groups for r in results for s in r.steps
+            s["completion_tokens"] for group in groups for r in group.results for s in r.steps
         ),
         # completion tokens the update trained on, all agents together
         "tokens_trained": sum(len(s.completion_ids) for samples in calls for s in samples),
@@ -339,6 +352,24 @@ def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, t
         "updated": updated,  # False: no group had signal, no optimizer step was taken
         **losses,
     }
+
+
+# what a step's curve follows of the sampled answers, where the task's reward scores it: the
+# entry author's own code calls every helper's function; an agent wrote another role's function
+BEHAVIOUR = ("helper_called", "role_violations")
+
+
+def sampled_behaviour(groups: list[Group]) -> dict[str, float]:
+    """What the step's sampled answers did, as shares over them: `pass_rate` (the episode
+    succeeded: every test passed, or the writing verdict) and each of `BEHAVIOUR` the task's
+    reward has (a coding team's)."""
+    results = [r for group in groups for r in group.results]
+    components = [c for group in groups for c in group.components]
+    shares = {"pass_rate": sum(bool(r.success) for r in results) / len(results)}
+    for name in BEHAVIOUR:
+        if components and all(name in c for c in components):
+            shares[name] = sum(c[name] for c in components) / len(components)
+    return shares
 
 
 def record_step(run: _Run, metrics: dict) -> None:
@@ -380,9 +411,9 @@ def rollout_group(
 ):
     """One task's group: G joint samples, scored together with `weights` (the run's, the human
     weight scaled by the preference model's skill) and the people's model's verdict on each
-    (`score_group`), their rewards recorded. Returns the results, their rewards [G] and each
-    agent's samples' returns [agents, G]: the rewards (aligned) or, crossed, the mean reward of
-    the G^agents recombined joint actions each sample is part of (`cross_group`)."""
+    (`score_group`), their rewards recorded. Returns the `Group`: each agent's samples' returns
+    are the rewards (aligned) or, crossed, the mean reward of the G^agents recombined joint
+    actions each sample is part of (`cross_group`)."""
     setup = EpisodeSetup(
         task,
         agents=args.agents,
@@ -396,10 +427,12 @@ def rollout_group(
     played = play(setup, client, db=db_path, samples=args.magrpo.group_size, liked=liked)
     results, scores = [p.result for p in played], [p.scored for p in played]
     rewards = torch.tensor([s.reward for s in scores])
+    components = [s.components for s in scores]
     if args.magrpo.joint_mode == "cross":
         checker = checker_for(task.kind)  # as the episodes were judged
-        return results, rewards, cross_group(results, args, checker, preference, weights)
-    return results, rewards, rewards.expand(args.agents, -1)
+        returns = cross_group(results, args, checker, preference, weights)
+        return Group(results, rewards, returns, components)
+    return Group(results, rewards, rewards.expand(args.agents, -1), components)
 
 
 def cross_group(results, args: TrainArgs, checker, preference, weights) -> torch.Tensor:

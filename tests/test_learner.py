@@ -248,6 +248,11 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     history = run["metrics"]["history"]
     assert len(sampled) == 2 * 2 and set(turns_taken) <= {1, 2}
     assert sum(turns_taken) / 4 == pytest.approx(sum(h["turns_mean"] for h in history) / 2)
+    # each step says what its sampled answers did: the shares of the stored episodes' components
+    called = [e["rewards"]["helper_called"] for e in sampled]
+    assert sum(called) / 4 == pytest.approx(sum(h["helper_called"] for h in history) / 2)
+    assert all(h["pass_rate"] in (0, 0.5, 1) and "role_violations" in h for h in history)
+    assert "; sampled answers: passed " in out and ", helper called " in out
     for h in history:
         assert (
             h["calls_trained"] <= 2 * h["turns_mean"] and (h["calls_trained"] > 0) == h["updated"]
@@ -304,6 +309,7 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
     gated = [e for e in episodes if not e["group_id"] and e["id"] != result.episode_id]
     assert gated and {e["task"]["source_id"] for e in gated} <= validation
     assert step["calls_trained"] == (2 if step["updated"] else 0)
+    assert step["pass_rate"] in (0, 0.5, 1) and "helper_called" not in step  # no helper here
     for agent, lineage in rows.items():  # writers 0 and 1 train on from the shipped team's agents
         row = lineage[-1]
         assert [r["version"] for r in lineage] == ([1, 2] if agent < 2 else [1])
@@ -325,7 +331,7 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     )  # fmt: skip
     task = training_tasks(args)[0]
     sampling = Sampling(max_tokens=96, logprobs=True)
-    results, rewards, returns = rollout_group(
+    results, rewards, returns, _ = rollout_group(
         task, policy, args, [None, None], sampling, db_path, None, args.weights
     )
     assert returns.shape == (2, 2)

@@ -22,7 +22,7 @@ from learner.magrpo import (
     policy_loss,
     turn_groups,
 )
-from learner.report import plot_training_curve
+from learner.report import plot_training_curve, training_curve_figure
 from learner.reward_config import RewardWeights
 from learner.rewards import score_group
 from learner.train import agent_samples, cross_group, steps_per_pass
@@ -316,6 +316,36 @@ def test_training_curve_is_a_png_with_or_without_passes(tmp_path):
     for pass_steps in (None, 4, 5):  # 5: fewer than two passes, the moving mean instead
         path = plot_training_curve(history, tmp_path / f"curve-{pass_steps}.png", "t", pass_steps)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_training_curve_shows_what_the_sampled_answers_did_where_the_steps_recorded_it():
+    history = [{"step": s, "reward_mean": s / 10, "reward_max": 1.0} for s in range(1, 9)]
+    assert len(training_curve_figure(history).axes) == 1  # a run from before: the reward only
+    coding = [h | {"pass_rate": 0.5, "helper_called": s / 8} for s, h in enumerate(history, 1)]
+    for pass_steps in (None, 4):
+        reward, below = training_curve_figure(coding, "t", pass_steps).axes
+        labels = below.get_legend_handles_labels()[1]
+        assert labels == ["passed (tests or verdict)", "entry author calls the helper"]
+        called = [line for line in below.get_lines() if line.get_label() == labels[1]][0]
+        # smoothed: the last pass's mean (steps 5-8), or the moving mean of the last 3 steps
+        last = (5 + 6 + 7 + 8) / 8 / 4 if pass_steps else (6 + 7 + 8) / 8 / 3
+        assert called.get_ydata()[-1] == pytest.approx(last)
+
+
+def test_a_steps_shares_are_over_every_sampled_answer_of_its_tasks():
+    from types import SimpleNamespace
+
+    from learner.train import Group, sampled_behaviour
+
+    def group(successes, called):
+        results = [SimpleNamespace(success=s) for s in successes]
+        parts = [{"helper_called": c, "role_violations": 0.0} for c in called]
+        return Group(results, torch.zeros(len(results)), torch.zeros(2, len(results)), parts)
+
+    shares = sampled_behaviour([group([True, False], [1.0, 0.0]), group([True, True], [1.0, 1.0])])
+    assert shares == {"pass_rate": 0.75, "helper_called": 0.75, "role_violations": 0.0}
+    writing = Group([SimpleNamespace(success=False)], torch.zeros(1), torch.zeros(1, 1), [{}])
+    assert sampled_behaviour([writing]) == {"pass_rate": 0.0}  # no helper to call
 
 
 @pytest.mark.integration
