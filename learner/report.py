@@ -329,11 +329,11 @@ def training_curve_figure(
     rows = 2 if shown else 1
     fig, axes = plt.subplots(rows, 1, figsize=(6, 3.5 * rows), dpi=100, squeeze=False)
     ax = axes[0][0]
-    steps = [h["step"] for h in history]
+    steps, means = [h["step"] for h in history], [h["reward_mean"] for h in history]
     if history:
-        ax.plot(steps, [h["reward_mean"] for h in history], marker="o", label="mean joint reward")
+        ax.plot(steps, means, marker="o", label="mean joint reward")
         ax.plot(steps, [h["reward_max"] for h in history], ls="--", alpha=0.6, label="best sample")
-        _smoothed(ax, steps, [h["reward_mean"] for h in history], pass_steps)
+        _smoothed(ax, steps, means, pass_steps)
     ax.set_ylabel("joint reward")
     ax.set_title(title if history else "No training run with steps yet")
     if shown:
