@@ -13,9 +13,6 @@ from pathlib import Path
 from app.commands_episode import episode_policy
 from app.commands_serve import quiet_request_logs
 
-# what a step's line says of its sampled answers, where the step recorded it
-SAMPLED = (("pass_rate", "passed"), ("helper_called", "helper called"))
-
 
 def _train_args(args: argparse.Namespace):
     """The run's config: TrainArgs' defaults, changed by the flags that were given; validated."""
@@ -32,6 +29,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from agents.serving.models import provision_model
     from app.commands_serve import start_with_shipped
+    from learner.eval_stats import SAMPLED_SHARES
     from learner.promotion import describe_gate
     from learner.report import plot_training_curve
     from learner.run import execute_run, resume_run, start_run
@@ -82,7 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             history.append(metrics)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", step_s=metrics["step_s"])
-            did = [f"{name} {metrics[key]:.0%}" for key, name in SAMPLED if key in metrics]
+            did = [f"{said} {metrics[k]:.0%}" for k, said in SAMPLED_SHARES.items() if k in metrics]
             tqdm.write(
                 f"step {metrics['step']}: mean joint reward {metrics['reward_mean']:.3f} "
                 f"(best {metrics['reward_max']:.3f}, {metrics['step_s']:.0f} s)"

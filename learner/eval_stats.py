@@ -49,6 +49,16 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tokens": ("tokens", ("coding", "writing")),
     "reward": ("joint reward", ("coding", "writing")),
 }
+
+# what a training step records of its sampled answers, as shares over them, with its words on the
+# run's curve and step line: the answer passed (tests, or the writing verdict), and where the
+# task's reward scores it (a coding team's), the entry author's own code calls the helper's
+# function and an agent wrote another role's function
+SAMPLED_SHARES: dict[str, str] = {
+    "pass_rate": "passed",
+    "helper_called": METRICS["helper_called"][0],
+    "role_violations": METRICS["role_violations"][0],
+}
 DEFINITIONS = {
     "coding": {
         "pass": "all counted test asserts of the task pass (sandboxed run of HumanEval's check, "

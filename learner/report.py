@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from learner.eval_stats import METRICS
+from learner.eval_stats import METRICS, SAMPLED_SHARES
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -305,27 +305,19 @@ def _save(fig, path: Path) -> Path:
 # -- training curve --------------------------------------------------------------------------
 
 
-# what the lower panel shows of the sampled answers, where a run's steps recorded it
-BEHAVIOUR_CURVES = {
-    "pass_rate": "passed (tests or verdict)",
-    "helper_called": "entry author calls the helper",
-    "role_violations": "role violations",
-}
-
-
 def training_curve_figure(
     history: list[dict], title: str = "MAGRPO", pass_steps: int | None = None
 ):
     """The curves of a run (`history` as `learner.train.train` returns it), as a matplotlib
     figure (closed, for `gr.Plot` or `savefig`): mean and best joint reward per step and, below,
-    what the sampled answers did (`BEHAVIOUR_CURVES`: the share that passed and, for a coding
+    what the sampled answers did (`SAMPLED_SHARES`: the share that passed and, for a coding
     team, that called the helper and that broke a role), where the steps recorded it.
 
     With `pass_steps` (steps per pass over a small task set that training cycles through), the
     mean of each pass is drawn at its last step: passes see the same tasks, so they compare; a
     moving mean of 3 steps otherwise.
     """
-    shown = [k for k in BEHAVIOUR_CURVES if history and all(k in h for h in history)]
+    shown = [k for k in SAMPLED_SHARES if history and all(k in h for h in history)]
     rows = 2 if shown else 1
     fig, axes = plt.subplots(rows, 1, figsize=(6, 3.5 * rows), dpi=100, squeeze=False)
     ax = axes[0][0]
@@ -341,7 +333,7 @@ def training_curve_figure(
         for key in shown:
             values = [h[key] for h in history]
             (line,) = below.plot(steps, values, ls="", marker=".", alpha=0.5)
-            _smoothed(below, steps, values, pass_steps, BEHAVIOUR_CURVES[key], line.get_color())
+            _smoothed(below, steps, values, pass_steps, SAMPLED_SHARES[key], line.get_color())
         below.set_ylim(-0.02, 1.02)
         below.set_ylabel("share of sampled answers")
     for row in axes:

@@ -43,6 +43,7 @@ from agents.team.feedback import checker_for
 from agents.team.graph import Sampling
 from learner.config import TrainArgs
 from learner.episode import EpisodeSetup, play
+from learner.eval_stats import SAMPLED_SHARES
 from learner.magrpo import (
     AgentPolicies,
     Sample,
@@ -354,19 +355,14 @@ def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, t
     }
 
 
-# what a step's curve follows of the sampled answers, where the task's reward scores it: the
-# entry author's own code calls every helper's function; an agent wrote another role's function
-BEHAVIOUR = ("helper_called", "role_violations")
-
-
 def sampled_behaviour(groups: list[Group]) -> dict[str, float]:
-    """What the step's sampled answers did, as shares over them: `pass_rate` (the episode
-    succeeded: every test passed, or the writing verdict) and each of `BEHAVIOUR` the task's
-    reward has (a coding team's)."""
+    """What the step's sampled answers did (`SAMPLED_SHARES`), as shares over them: `pass_rate`
+    (the episode succeeded: every test passed, or the writing verdict) and each other share the
+    task's reward scores (a coding team's)."""
     results = [r for group in groups for r in group.results]
     components = [c for group in groups for c in group.components]
     shares = {"pass_rate": sum(bool(r.success) for r in results) / len(results)}
-    for name in BEHAVIOUR:
+    for name in SAMPLED_SHARES.keys() - shares.keys():
         if components and all(name in c for c in components):
             shares[name] = sum(c[name] for c in components) / len(components)
     return shares

@@ -252,7 +252,7 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     called = [e["rewards"]["helper_called"] for e in sampled]
     assert sum(called) / 4 == pytest.approx(sum(h["helper_called"] for h in history) / 2)
     assert all(h["pass_rate"] in (0, 0.5, 1) and "role_violations" in h for h in history)
-    assert "; sampled answers: passed " in out and ", helper called " in out
+    assert "; sampled answers: passed " in out and ", entry calls the helper " in out
     for h in history:
         assert (
             h["calls_trained"] <= 2 * h["turns_mean"] and (h["calls_trained"] > 0) == h["updated"]

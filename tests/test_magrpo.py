@@ -325,7 +325,7 @@ def test_training_curve_shows_what_the_sampled_answers_did_where_the_steps_recor
     for pass_steps in (None, 4):
         reward, below = training_curve_figure(coding, "t", pass_steps).axes
         labels = below.get_legend_handles_labels()[1]
-        assert labels == ["passed (tests or verdict)", "entry author calls the helper"]
+        assert labels == ["passed", "entry calls the helper"]
         called = [line for line in below.get_lines() if line.get_label() == labels[1]][0]
         # smoothed: the last pass's mean (steps 5-8), or the moving mean of the last 3 steps
         last = (5 + 6 + 7 + 8) / 8 / 4 if pass_steps else (6 + 7 + 8) / 8 / 3
