@@ -299,8 +299,10 @@ class EvalConfig:
     concurrency: int = field(
         default=1,
         metadata=flag(
-            "task groups run at once (1: each episode's time is measured alone; more batches "
-            "more but slows each one)"
+            "how many model requests are kept in flight, counting a group of a team whose agents "
+            "work side by side as one request per agent: 4 runs four groups of single or two of "
+            "a team of 2, so every shape is timed under the same load (1: one group at a time, "
+            "each episode's time measured alone; more batches more but slows each one)"
         ),
     )
     ks: tuple[int, ...] = (1, 3, 5, 10)

@@ -113,9 +113,9 @@ DEFINITIONS = {
 TIME_VS_SINGLE = (
     "mean over tasks of the episode's wall time divided by `single`'s on the same task (same "
     "variant, or the first variant's (the base model's) where this one's `single` did not run; "
-    "same run); only when `single` ran. With more than one group in flight the episodes share "
-    "the CPU with the others in flight, and a team's episode makes one request per agent at "
-    "once: compare times of runs with one group in flight (`--concurrency 1`)"
+    "same run); only when `single` ran. Every shape meets the same load: with `--concurrency` "
+    "N the groups in flight make at most N requests at once (a team's agents working side by "
+    "side count one each), and at least one group"
 )
 for _kind in DEFINITIONS.values():
     _kind["time_vs_single"] = TIME_VS_SINGLE

@@ -38,7 +38,7 @@ import json
 import logging
 import os
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
@@ -49,7 +49,7 @@ from typing import Any
 import store
 from agents.serving.server import machine
 from agents.tasks import Task, split_tasks
-from agents.team.graph import Policy
+from agents.team.graph import Policy, requests_at_once
 from agents.team.outline import structure_compliance
 from agents.team.result import EpisodeResult
 from agents.team.sentences import embedding_model
@@ -392,8 +392,14 @@ def evaluate(
     run = partial(
         _run_unit, config=config, policy=policy, db_path=db_path, server_wait_s=server_wait_s
     )
+
+    def load(unit: _Unit) -> int:
+        return requests_at_once(unit.shape, config.team_size(unit.shape))
+
     try:
-        _journal_units(units, run, journal, done, bar, config.concurrency, attempts, max_failures)
+        _journal_units(
+            units, run, journal, done, bar, (config.concurrency, load), attempts, max_failures
+        )
     finally:
         bar.close()
     wanted = episode_keys(config, tasks)
@@ -406,20 +412,28 @@ def _journal_units(
     journal: Path,
     done: set,
     bar,
-    concurrency: int,
+    capacity: tuple[int, Callable[[_Unit], int]],
     attempts: int,
     max_failures: int,
 ) -> None:
-    """Run the units, `concurrency` at a time, appending each one's records to the journal the
-    moment it is done; a failed unit is tried again up to `attempts` times, and `max_failures`
-    units given up in a row stop the run with the last error."""
+    """Run the units in order, appending each one's records to the journal the moment it is done.
+    `capacity` is (N, load): units start while the loads of those running (the requests each
+    makes at once) stay within N, and one always runs, so every shape meets the same load. A
+    failed unit is tried again after the others, up to `attempts` times, and `max_failures` units given up
+    in a row stop the run with the last error."""
+    most, load = capacity
     tries: dict[int, int] = defaultdict(int)
     given_up = 0
-    pool = ThreadPoolExecutor(max_workers=concurrency)
+    waiting, running = deque(units), {}
+    pool = ThreadPoolExecutor(max_workers=most)
     try:
         with open(journal, "a") as out:
-            running = {pool.submit(run, u): u for u in units}
-            while running:
+            while waiting or running:
+                busy = sum(load(u) for u in running.values())
+                while waiting and (not running or busy + load(waiting[0]) <= most):
+                    busy += load(waiting[0])
+                    unit = waiting.popleft()
+                    running[pool.submit(run, unit)] = unit
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     unit = running.pop(future)
@@ -430,7 +444,7 @@ def _journal_units(
                         where = f"{task_name(unit.task)} {unit.shape} [{unit.variant}]"
                         log.error("%s failed (try %d): %s", where, tries[id(unit)], e)
                         if tries[id(unit)] < attempts:
-                            running[pool.submit(run, unit)] = unit
+                            waiting.append(unit)
                             continue
                         given_up += 1
                         if given_up >= max_failures:

@@ -25,7 +25,7 @@ NOT_SHARED = ("fold", "variants", "sampling", "runs", "asked")  # what the K run
 
 
 def _run_settings(folder: Path) -> dict:
-    """The run's episode settings (config.json) with its task limit, shapes and groups in flight
+    """The run's episode settings (config.json) with its task limit, shapes and concurrency
     and the episodes it asked for (results.json)."""
     paths = [folder / "config.json", folder / "results.json"]
     if not all(path.is_file() for path in paths):

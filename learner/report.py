@@ -147,7 +147,7 @@ def report_markdown(summary: dict, pictures: Sequence[str] = ()) -> str:
         f"- command: `{summary['command']}`" if summary["command"] else "",
         f"- {len(summary['tasks'])} tasks, shapes {', '.join(c['shapes'])}; teams of {c['agents']} "
         f"(single: 1); {c['samples']} sample(s) per task ({sampling}), {c['max_tokens']} tokens "
-        f"per call, turn limit {c['turns']}, {c['concurrency']} group(s) in flight",
+        f"per call, turn limit {c['turns']}, concurrency {c['concurrency']}",
         f"- variants: {variants}",
         f"- episodes: {summary['episodes']}"
         + (f" ({summary['missing']} missing)" if summary["missing"] else ""),

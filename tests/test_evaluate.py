@@ -4,6 +4,8 @@ resumption with a scripted policy, the report files, and one small real `coteam 
 import json
 import math
 import re
+import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -344,8 +346,9 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     policy = ScriptedPolicy(server_gone_after_three_calls)
     with pytest.raises(Interrupted):
         evaluate(config, policy, out, db=db, progress=False, max_failures=1)
-    # the second task's groups (parallel: 2 calls, single: 1) were each tried 3 times
-    assert len(calls) == 3 + 3 * (2 + 1)
+    # the second task's groups (parallel: 2 calls, single: 1) were tried in turn until
+    # parallel's third failure stopped the run
+    assert len(calls) == 3 + 3 * 2 + 2 * 1
     first = read_records(out / "episodes.jsonl")
     assert [(r["task"], r["shape"]) for r in first] == [
         ("HumanEval/0", "single"),
@@ -369,7 +372,7 @@ def test_a_run_scores_records_and_resumes(tmp_path):
     assert episode["reward"] == pytest.approx(rows[-1]["reward"])
     assert episode["rewards"]["tests"] == rows[-1]["tests"] == 1.0
     assert {"coordination", "speed", "critical_tokens"} <= set(episode["rewards"])
-    assert failed == 6  # the interrupted episodes, marked as such
+    assert failed == 5  # the interrupted episodes, marked as such
 
     again = ScriptedPolicy(solving_reply)
     assert evaluate(config, again, out, db=db, progress=False) == rows
@@ -720,6 +723,26 @@ def test_a_failed_group_is_tried_again(tmp_path):
     assert [r["task"] for r in rows] == ["HumanEval/0", "HumanEval/1"] and len(calls) == 3
     with store.open_db(tmp_path / "db") as database:
         assert store.count_episodes(database, store.EpisodeFilter(status="failed")) == 1
+
+
+def test_every_shape_is_run_under_the_same_load_of_requests_in_flight(tmp_path):
+    # --concurrency 4: four groups of `single` at once, two of a team of 2 (whose agents ask at
+    # once), never more than four requests in flight whatever the mix
+    lock, flying, most = threading.Lock(), [0], [0]
+
+    def counted(request):
+        with lock:
+            flying[0] += 1
+            most[0] = max(most[0], flying[0])
+        time.sleep(0.3)
+        with lock:
+            flying[0] -= 1
+        return solving_reply(request)
+
+    config = EvalConfig(task="coding", limit=6, shapes=("parallel", "single"), concurrency=4)
+    rows = evaluate(config, ScriptedPolicy(counted), tmp_path, db=tmp_path / "db", progress=False)
+    assert len(rows) == 12 and all(r["pass"] for r in rows)
+    assert 3 <= most[0] <= 4  # one more group of either shape would have made it 5 or 6
 
 
 class RestartingPolicy(ScriptedPolicy):

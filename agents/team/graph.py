@@ -371,6 +371,12 @@ GRAPHS = {
 }
 
 
+def requests_at_once(shape: str, size: int) -> int:
+    """The model requests an episode of `shape` with `size` agents has in flight at once: one per
+    agent where they work side by side, one where they take turns."""
+    return 1 if shape == "sequential_pipeline" else size
+
+
 def build_graph(team: Team):
     """The compiled LangGraph graph of the team's shape."""
     return GRAPHS[team.shape](team)
