@@ -419,8 +419,8 @@ def _journal_units(
     """Run the units in order, appending each one's records to the journal the moment it is done.
     `capacity` is (N, load): units start while the loads of those running (the requests each
     makes at once) stay within N, and one always runs, so every shape meets the same load. A
-    failed unit is tried again after the others, up to `attempts` times, and `max_failures` units given up
-    in a row stop the run with the last error."""
+    failed unit is tried again after the others, up to `attempts` times, and `max_failures`
+    units given up in a row stop the run with the last error."""
     most, load = capacity
     tries: dict[int, int] = defaultdict(int)
     given_up = 0
