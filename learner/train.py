@@ -362,8 +362,8 @@ def sampled_behaviour(groups: list[Group]) -> dict[str, float]:
     results = [r for group in groups for r in group.results]
     components = [c for group in groups for c in group.components]
     shares = {"pass_rate": sum(bool(r.success) for r in results) / len(results)}
-    for name in SAMPLED_SHARES.keys() - shares.keys():
-        if components and all(name in c for c in components):
+    for name in SAMPLED_SHARES:
+        if name not in shares and components and all(name in c for c in components):
             shares[name] = sum(c[name] for c in components) / len(components)
     return shares
 
