@@ -187,13 +187,18 @@ def cmd_learner(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if not (args.every_ratings or args.every_minutes):
         raise ValueError("give --every-ratings N and/or --every-minutes T")
+    train_args = _train_args(args)
+    if train_args.start_from:
+        raise ValueError(
+            "--from starts one run (coteam train); each scheduled run goes on from the serving team"
+        )
     with contextlib.ExitStack() as stack:
         client = episode_policy(args, stack)
         worker = LearnerWorker(
             client,
             provision_model(args.model),
             args.db,
-            _train_args(args),
+            train_args,
             Schedule(args.every_ratings, args.every_minutes),
         )
         worker.start_schedule(poll_s=args.poll)

@@ -13,6 +13,7 @@ from agents.tasks import TaskError, TaskSet, fold_label
 from agents.team.roles import DEFAULT_MAX_TOKENS, MAX_TURNS, SHAPES, size_from_setting
 from learner.flags import flag
 from learner.reward_config import RewardWeights, SpeedBudget
+from store import parse_adapter_name
 
 if TYPE_CHECKING:
     from agents.team.graph import Sampling
@@ -134,6 +135,17 @@ class TrainArgs:
         default=None, metadata=flag("cycle over the first N training tasks", shown="all")
     )
     fold: str | None = field(default=None, metadata=flag(FOLD_HELP, shown="the fixed split"))
+    start_from: str | None = field(
+        default=None,
+        metadata=flag(
+            "start from these versions instead of the serving ones (any state, e.g. a rejected "
+            "candidate to train further): agentK-vN, comma-separated, as `coteam adapters list` "
+            "names them; an agent not named starts from its serving version",
+            "from",
+            shown="the serving versions",
+            metavar="VERSIONS",
+        ),
+    )
     magrpo: MAGRPOConfig = field(default_factory=MAGRPOConfig)
     weights: RewardWeights = field(default_factory=RewardWeights)
     budget: SpeedBudget = field(default_factory=SpeedBudget)
@@ -197,7 +209,26 @@ class TrainArgs:
         if self.task_limit is not None and self.task_limit < 1:
             raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")
         self.fold = checked_fold(self.fold, self.task)
+        self.start_versions()
         self.gate.check()
+
+    def start_versions(self) -> dict[int, int]:
+        """{agent: version} of `start_from` ({} without it); refused unless each name is a
+        registered version's (`agentK-vN`) of an agent of the team, one per agent."""
+        versions: dict[int, int] = {}
+        for name in filter(None, (n.strip() for n in (self.start_from or "").split(","))):
+            parsed = parse_adapter_name(name)
+            if parsed is None:
+                raise ValueError(f"--from: {name!r} is not a version's name (agentK-vN)")
+            agent, version = parsed
+            if agent in versions:
+                raise ValueError(f"--from names agent {agent + 1} twice")
+            if agent >= self.agents:
+                raise ValueError(
+                    f"--from: {name} is agent {agent + 1}'s, of a team of {self.agents}"
+                )
+            versions[agent] = version
+        return versions
 
 
 def checked_fold(fold: str | None, task_set: str) -> str | None:

@@ -115,18 +115,19 @@ def other_splits(db: Database, agent: int, version: int, fold: str | None) -> li
     return sorted(split_label(s) for s in trained_splits(db, agent, version) if s != fold)
 
 
-def check_start_split(db: Database, active: dict[int, dict], fold: str | None) -> None:
+def check_start_split(db: Database, start: dict[int, dict], fold: str | None) -> None:
     """Refuse a training run on `fold` (None: the fixed split) that would start from a version
     trained (itself or any version it came from) on another split: that split's training problems
     include this run's held-out ones, so an evaluation of the result would have seen them.
-    `active` is {agent: row} of the versions the run would start from."""
-    for agent, row in sorted(active.items()):
+    `start` is {agent: row} of the versions the run would start from (`start_versions`)."""
+    for agent, row in sorted(start.items()):
         if other := other_splits(db, agent, row["version"], fold):
             raise ValueError(
-                f"agent {agent + 1} serves {adapter_name(agent, row['version'])}, trained on "
-                f"{', '.join(other)}, whose training problems include held-out problems of "
-                f"{split_label(fold)}: train on a new database (--db) or roll the agents back to "
-                "the base model first (coteam adapters rollback --agent K)"
+                f"agent {agent + 1} would start from {adapter_name(agent, row['version'])}, "
+                f"trained on {', '.join(other)}, whose training problems include held-out "
+                f"problems of {split_label(fold)}: train on a new database (--db), start from "
+                "another version (--from) or roll the agents back to the base model first "
+                "(coteam adapters rollback --agent K)"
             )
 
 
@@ -271,6 +272,39 @@ def ensure_loaded(db: Database, client: PolicyClient, agents: int, kind: str) ->
         for agent, name in missing:
             load_version(client, name, active[agent]["path"])
     return names
+
+
+def start_versions(db: Database, agents: int, kind: str, named: dict[int, int]) -> dict[int, dict]:
+    """{agent: row} of the versions a training run on `kind` of work starts from: each agent's
+    active version, or the one `named` for it (`--from`: any state, e.g. a rejected candidate
+    trained further; it must be of `kind`). An agent absent starts from the base model."""
+    rows = {a: r for a, r in store.active_adapters(db, kind).items() if a < agents}
+    for agent, version in sorted(named.items()):
+        row = store.get_adapter(db, agent, version)  # NotFound names the version
+        if row["kind"] != kind:
+            raise ValueError(
+                f"--from: {adapter_name(agent, version)} was trained on {row['kind']}, not {kind}"
+            )
+        rows[agent] = row
+    return rows
+
+
+def load_start(
+    db: Database, client: PolicyClient, agents: int, kind: str, start: dict[int, dict]
+) -> tuple[list[str | None], list[str]]:
+    """Load the versions a run starts from (`start_versions`) into the server; return their
+    names, one per agent (None: the base model), and those loaded for the run alone (versions not
+    serving that the server lacked), which the run unloads when it ends."""
+    names = ensure_loaded(db, client, agents, kind)
+    borrowed = []
+    for agent, row in sorted(start.items()):
+        name = adapter_name(agent, row["version"])
+        if name != names[agent]:
+            if name not in {m["id"] for m in client.models()}:
+                borrowed.append(name)
+            load_version(client, name, row["path"])
+            names[agent] = name
+    return names, borrowed
 
 
 def promote(db: Database, client: PolicyClient | None, agent: int, version: int) -> dict:

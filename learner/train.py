@@ -57,8 +57,9 @@ from learner.preference import PreferenceModel, run_preference_model
 from learner.registry import (
     adapter_name,
     check_start_split,
-    ensure_loaded,
+    load_start,
     publish_candidate,
+    start_versions,
     work_kind,
 )
 from learner.reward_config import RewardWeights
@@ -123,7 +124,8 @@ class _Run:
     preference: PreferenceModel | None
     weights: RewardWeights  # the run's, the human weight scaled by the preference model's skill
     ratings: dict  # what the preference model learnt from, for the metrics
-    start_names: list[str | None]  # the serving team the run started from
+    start_names: list[str | None]  # the team the run started from: serving, or `--from`'s
+    borrowed: list[str]  # start versions loaded for this run alone, unloaded at its end
     names: list[str | None]  # what the team samples with now: the start's, then the run's
     scratch: Path
     checkpoint: Path | None
@@ -185,7 +187,7 @@ def train(
                 on_step(run.history[-1])
         return finish_run(run)
     finally:
-        for name in set(run.names) - set(run.start_names):
+        for name in (set(run.names) - set(run.start_names)) | set(run.borrowed):
             if name:
                 client.unload_adapter(name)
         shutil.rmtree(run.scratch, ignore_errors=True)
@@ -216,12 +218,13 @@ def start_run(
     task_stream = itertools.cycle(tasks)
     for _ in range((first_step - 1) * cfg.tasks_per_step):  # the tasks the steps done drew
         next(task_stream)
+    kind = work_kind(args.task)
     with store.open_db(db_path) as db:
-        active = store.active_adapters(db, work_kind(args.task))
+        start = start_versions(db, args.agents, kind, args.start_versions())
         if not resumed:  # a resumed run goes on from its own checkpoint
-            check_start_split(db, {a: active[a] for a in active if a < args.agents}, args.fold)
-        start_names = ensure_loaded(db, client, args.agents, work_kind(args.task))
-    start_from = {agent: active[agent]["path"] for agent, name in enumerate(start_names) if name}
+            check_start_split(db, start, args.fold)
+        start_names, borrowed = load_start(db, client, args.agents, kind, start)
+    start_from = {agent: start[agent]["path"] for agent, name in enumerate(start_names) if name}
     if resumed:
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
     log.info("loading %s with %d LoRA adapters for training", base_model, args.agents)
@@ -254,6 +257,7 @@ def start_run(
         weights=weights,
         ratings=ratings,
         start_names=list(start_names),
+        borrowed=borrowed,
         names=list(start_names),
         # a unique name: a server shared with other databases may know "run-1" already
         scratch=runs_dir(db_path) / f"run-{run_id or 0}-{uuid.uuid4().hex[:6]}",

@@ -304,6 +304,8 @@ def test_every_command_the_readme_names_exists_and_the_readme_stays_a_short_guid
         (["episode", "--task", "coding", "--problem", "999"], "no HumanEval problem"),
         (["episode", "--task", "writing", "--prompt-file", "/nope"], "No such file"),
         (["train", "--task", "coding", "--steps", "-1"], "at least 1 step"),
+        (["train", "--from", "agent1"], "'agent1' is not a version's name (agentK-vN)"),
+        (["learner", "--every-minutes", "5", "--from", "agent1-v2"], "--from starts one run"),
         (["export", "--format", "jsonl", "--out", "/proc/nope"], "No such file"),
         (["setup", "--model", "/nope"], "unknown model"),
         (

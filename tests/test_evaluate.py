@@ -492,8 +492,8 @@ def test_a_run_never_starts_from_a_version_trained_on_its_held_out_problems(tmp_
         fixed = {agent: version(agent, None) for agent in (0, 1)}
         check_start_split(db, fixed, None)  # the fixed split's run goes on from its own team
         for fold in ("1/2", "2/2"):
-            with pytest.raises(ValueError, match=f"agent 1 serves agent1-v1, trained on the fixed "
-                               f"split, .* held-out problems of fold {fold}: .*rollback"):  # fmt: skip
+            says = f"agent1-v1, trained on the fixed split, .* of fold {fold}: .*--from.*rollback"
+            with pytest.raises(ValueError, match=says):
                 check_start_split(db, fixed, fold)
         check_start_split(db, {}, "1/2")  # the base model: nothing held out was trained on
         on_fold = {0: version(0, "1/2")}
@@ -505,6 +505,45 @@ def test_a_run_never_starts_from_a_version_trained_on_its_held_out_problems(tmp_
         built_on_fixed = {0: version(0, "1/2", parent=1)}
         with pytest.raises(ValueError, match="trained on the fixed split"):
             check_start_split(db, built_on_fixed, "1/2")
+
+
+def test_a_run_starts_from_the_versions_named_by_from_in_any_state(tmp_path):
+    """`--from agentK-vN` starts a run from that version (a rejected candidate, to train it
+    further) instead of the serving one, for the agents it names; the split check and the kind of
+    work apply to it as to a serving version, and a name that is no version is refused."""
+    from learner.config import TrainArgs
+    from learner.registry import check_start_split, start_versions
+
+    assert TrainArgs(start_from="agent2-v3, agent1-v1").start_versions() == {1: 3, 0: 1}
+    assert TrainArgs().start_versions() == {}
+    for given, says in [
+        ("agent1-v1,agent1-v2", "names agent 1 twice"),
+        ("agent3-v1", "agent 3's, of a team of 2"),
+        ("aux-v1", "'aux-v1' is not a version's name"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            TrainArgs(start_from=given).check()
+    with store.open_db(tmp_path / "coteam.db") as db:
+        run = store.start_training_run(db, "m", config=TrainArgs(fold="2/2").to_json())
+        store.finish_training_run(db, run)
+        for agent in (0, 1):
+            store.register_adapter(db, agent, str(tmp_path / f"a{agent}"), training_run_id=run)
+            store.reject_adapter(db, agent, 1)  # the gate rejected fold 2's first candidates
+        store.register_adapter(db, 0, str(tmp_path / "w"), kind="writing")
+        store.activate_adapter(db, 0, 2)
+        assert start_versions(db, 2, "coding", {}) == {}  # nothing serves coding: the base model
+        start = start_versions(db, 2, "coding", {1: 1})
+        assert {a: (r["version"], r["state"]) for a, r in start.items()} == {1: (1, "rejected")}
+        assert start_versions(db, 2, "writing", {})[0]["version"] == 2
+        check_start_split(db, start, "2/2")  # fold 2's run goes on from fold 2's version
+        with pytest.raises(
+            ValueError, match="agent 2 would start from agent2-v1, trained on fold 2"
+        ):
+            check_start_split(db, start, "1/2")
+        with pytest.raises(ValueError, match="agent1-v2 was trained on writing, not coding"):
+            start_versions(db, 2, "coding", {0: 2})
+        with pytest.raises(store.NotFound, match="agent2 has no adapter version 7"):
+            start_versions(db, 2, "coding", {1: 7})
 
 
 def test_the_folds_pool_into_one_report_with_every_problem_held_out_once(tmp_path):

@@ -134,6 +134,39 @@ def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
     assert c.text
 
 
+def test_a_run_trains_on_from_a_rejected_version_named_by_from(
+    vllm_server, policy, model_path, two_versions, home
+):
+    """`coteam train --from agent1-v1` trains on from a version the gate rejected instead of the
+    serving one: the run's episodes are answered by it, the run's candidate records it as its
+    parent, the serving version stays active, and the server unloads it after the run (it was
+    loaded for the run alone)."""
+    db_path = home / "coteam.db"
+    with store.open_db(db_path) as db:
+        for folder in two_versions:
+            publish_candidate(db, 0, folder, kind="coding")
+        store.reject_adapter(db, 0, 1)
+        promote(db, policy, 0, 2)
+    learner = run_train(
+        vllm_server.url, model_path, db_path, home, "--steps", "1", "--no-gate",
+        "--from", "agent1-v1", task_limit=1,
+    )  # fmt: skip
+    out, _ = learner.communicate(timeout=1200)
+    assert learner.returncode == 0, out
+    with store.open_db(db_path) as db:
+        [run] = store.list_training_runs(db)
+        assert run["state"] == "ok" and run["config"]["start_from"] == "agent1-v1"
+        lineage = {r["version"]: r for r in store.adapter_lineage(db, 0)}
+        assert lineage[3]["parent_version"] == 1 and lineage[3]["state"] == "candidate"
+        assert store.active_adapters(db, "coding")[0]["version"] == 2
+        sampled = [e for e in store.list_episodes(db, limit=100) if e["group_id"]]
+        episodes = store.get_episodes(db, [e["id"] for e in sampled])
+    assert len(episodes) == 2 and all(e["adapter_versions"] == [1, 0] for e in episodes), [
+        e["adapter_versions"] for e in episodes
+    ]
+    assert "agent1-v1" not in policy.list_adapters() and "agent1-v2" in policy.list_adapters()
+
+
 def test_the_active_team_ships_and_a_new_installation_serves_it(
     policy, model_path, two_versions, home, tmp_path, monkeypatch
 ):
