@@ -214,7 +214,8 @@ class TrainArgs:
 
     def start_versions(self) -> dict[int, int]:
         """{agent: version} of `start_from` ({} without it); refused unless each name is a
-        registered version's (`agentK-vN`) of an agent of the team, one per agent."""
+        version's name (`agentK-vN`) of an agent of the team, one per agent (whether that version
+        exists, the run asks the store: `learner.registry.start_versions`)."""
         versions: dict[int, int] = {}
         for name in filter(None, (n.strip() for n in (self.start_from or "").split(","))):
             parsed = parse_adapter_name(name)

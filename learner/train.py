@@ -203,9 +203,9 @@ def start_run(
     resumed: dict | None,
 ) -> _Run:
     """The run's tasks in its order (a resumed run's, with the tasks its steps drew passed), the
-    team it starts from (the versions serving this kind of work, loaded: a run on writing does
-    not start from versions trained on coding; a resumed run its checkpoint), the preference
-    model and the weights."""
+    team it starts from (the versions serving this kind of work, or those `--from` names, loaded:
+    a run on writing does not start from versions trained on coding; a resumed run its
+    checkpoint), the preference model and the weights."""
     cfg = args.magrpo
     random.seed(cfg.seed)
     tasks = training_tasks(args)
