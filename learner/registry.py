@@ -296,15 +296,13 @@ def load_start(
     names, one per agent (None: the base model), and those loaded for the run alone (versions not
     serving that the server lacked), which the run unloads when it ends."""
     names = ensure_loaded(db, client, agents, kind)
-    borrowed = []
-    for agent, row in sorted(start.items()):
-        name = adapter_name(agent, row["version"])
-        if name != names[agent]:
-            if name not in {m["id"] for m in client.models()}:
-                borrowed.append(name)
-            load_version(client, name, row["path"])
-            names[agent] = name
-    return names, borrowed
+    named = {a: adapter_name(a, r["version"]) for a, r in start.items()}
+    named = {a: n for a, n in named.items() if n != names[a]}  # `--from`'s, not serving
+    served = {m["id"] for m in client.models()} if named else set()
+    for agent, name in sorted(named.items()):
+        load_version(client, name, start[agent]["path"])
+        names[agent] = name
+    return names, [n for n in named.values() if n not in served]
 
 
 def promote(db: Database, client: PolicyClient | None, agent: int, version: int) -> dict:
