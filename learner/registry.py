@@ -254,12 +254,17 @@ def work_kind(task_set: str) -> str:
     return "coding" if task_set == "coding" else "writing"
 
 
+def version_names(rows: dict[int, dict], agents: int) -> list[str | None]:
+    """The server name of each agent's version in `rows` ({agent: version row}, e.g. the
+    active ones or a run's start), one per agent (None: the base model)."""
+    return [adapter_name(a, rows[a]["version"]) if a in rows else None for a in range(agents)]
+
+
 def serving_adapters(db: Database, agents: int, kind: str) -> list[str | None]:
     """The server name each agent's new requests of `kind` of work ("coding" or "writing") go
     to: its active version of that kind, or None (the base model: a coding team does not write
     essays)."""
-    active = store.active_adapters(db, kind)
-    return [adapter_name(i, active[i]["version"]) if i in active else None for i in range(agents)]
+    return version_names(store.active_adapters(db, kind), agents)
 
 
 def ensure_loaded(db: Database, client: PolicyClient, agents: int, kind: str) -> list[str | None]:
@@ -293,15 +298,14 @@ def load_start(
     db: Database, client: PolicyClient, agents: int, kind: str, start: dict[int, dict]
 ) -> tuple[list[str | None], list[str]]:
     """Load the versions a run starts from (`start_versions`) into the server; return their
-    names, one per agent (None: the base model), and those loaded for the run alone (versions not
-    serving that the server lacked), which the run unloads when it ends."""
-    names = ensure_loaded(db, client, agents, kind)
-    named = {a: adapter_name(a, r["version"]) for a, r in start.items()}
-    named = {a: n for a, n in named.items() if n != names[a]}  # `--from`'s, not serving
+    names (`version_names`) and those loaded for the run alone (versions not serving that the
+    server lacked), which the run unloads when it ends."""
+    serving = ensure_loaded(db, client, agents, kind)
+    names = version_names(start, agents)
+    named = {a: n for a, n in enumerate(names) if n and n != serving[a]}  # `--from`'s
     served = {m["id"] for m in client.models()} if named else set()
     for agent, name in sorted(named.items()):
         load_version(client, name, start[agent]["path"])
-        names[agent] = name
     return names, [n for n in named.values() if n not in served]
 
 

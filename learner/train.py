@@ -60,6 +60,7 @@ from learner.registry import (
     load_start,
     publish_candidate,
     start_versions,
+    version_names,
     work_kind,
 )
 from learner.reward_config import RewardWeights
@@ -218,13 +219,8 @@ def start_run(
     task_stream = itertools.cycle(tasks)
     for _ in range((first_step - 1) * cfg.tasks_per_step):  # the tasks the steps done drew
         next(task_stream)
-    kind = work_kind(args.task)
-    with store.open_db(db_path) as db:
-        start = start_versions(db, args.agents, kind, args.start_versions())
-        if not resumed:  # a resumed run goes on from its own checkpoint
-            check_start_split(db, start, args.fold)
-        start_names, borrowed = load_start(db, client, args.agents, kind, start)
-    start_from = {agent: start[agent]["path"] for agent, name in enumerate(start_names) if name}
+    start, start_names, borrowed = start_team(args, client, db_path, resumed=bool(resumed))
+    start_from = {agent: row["path"] for agent, row in start.items()}
     if resumed:
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
     log.info("loading %s with %d LoRA adapters for training", base_model, args.agents)
@@ -264,6 +260,20 @@ def start_run(
         checkpoint=checkpoint_folder(run_id, db_path) if run_id is not None else None,
         history=resumed["history"] if resumed else [],
     )
+
+
+def start_team(args: TrainArgs, client: PolicyClient, db_path, resumed: bool):
+    """The versions a run starts from (`start_versions`: serving, or `--from`'s), their names,
+    and those loaded for the run alone. A new run is checked against its split and loads them; a
+    resumed run goes on from its own checkpoint, so they are only its candidates' parents and
+    nothing is loaded for them."""
+    kind = work_kind(args.task)
+    with store.open_db(db_path) as db:
+        start = start_versions(db, args.agents, kind, args.start_versions())
+        if resumed:
+            return start, version_names(start, args.agents), []
+        check_start_split(db, start, args.fold)
+        return start, *load_start(db, client, args.agents, kind, start)
 
 
 def rollout(run: _Run, step_tasks: list[Task]) -> list[Group]:

@@ -221,3 +221,42 @@ def test_the_upgrade_gives_each_old_version_the_kind_it_was_trained_on(tmp_path)
         assert store.get_adapter(db, 1, 1)["kind"] == "writing"
         assert registry.serving_adapters(db, 2, "coding") == ["agent1-v2", None]
         assert registry.serving_adapters(db, 2, "writing") == [None, "agent2-v1"]
+
+
+class RecordingServer:
+    """A policy client that loads every adapter asked for and writes the loads down."""
+
+    def __init__(self):
+        self.loaded: dict[str, str] = {}
+
+    def models(self):
+        return [{"id": name, "root": path} for name, path in self.loaded.items()]
+
+    def load_adapter(self, name, path):
+        self.loaded[name] = path
+
+
+def test_a_run_loads_the_version_from_names_and_a_resumed_run_loads_nothing_for_it(tmp_path):
+    """`--from agent1-v1` (a rejected candidate) with agent1-v2 serving: a new run loads v1 for
+    itself alone (unloaded at its end) beside the serving team; resumed, the run goes on from its
+    checkpoint, so v1 is only its candidates' parent and nothing is loaded for it."""
+    from learner.config import TrainArgs
+    from learner.train import start_team
+
+    db_path = tmp_path / "coteam.db"
+    with store.open_db(db_path) as db:
+        for version in (1, 2):
+            store.register_adapter(db, 0, str(tmp_path / f"v{version}"))
+        store.reject_adapter(db, 0, 1)
+        store.activate_adapter(db, 0, 2)
+    args = TrainArgs(start_from="agent1-v1")
+    server = RecordingServer()
+    start, names, borrowed = start_team(args, server, db_path, resumed=False)
+    assert (start[0]["version"], names, borrowed) == (1, ["agent1-v1", None], ["agent1-v1"])
+    assert server.loaded == {"agent1-v2": str(tmp_path / "v2"), "agent1-v1": str(tmp_path / "v1")}
+    server = RecordingServer()
+    start, names, borrowed = start_team(args, server, db_path, resumed=True)
+    assert (start[0]["version"], names, borrowed, server.loaded) == (1, ["agent1-v1", None], [], {})
+    server = RecordingServer()  # no --from: the serving team, loaded if the server lacks it
+    assert start_team(TrainArgs(), server, db_path, resumed=False)[1:] == (["agent1-v2", None], [])
+    assert server.loaded == {"agent1-v2": str(tmp_path / "v2")}
