@@ -106,6 +106,7 @@ from learner.config import (
 )
 from learner.episode import EpisodeSetup, play  # noqa: E402
 from learner.evaluate import episode_metrics  # noqa: E402
+from learner.promotion import describe_gate, gate  # noqa: E402
 from learner.rating_queue import pairs_to_rate  # noqa: E402
 from learner.registry import adapter_name, load_version  # noqa: E402
 from learner.reward_config import RewardWeights  # noqa: E402
@@ -290,9 +291,15 @@ def rate(db_path: Path, rated, rater: str, has, seed: int) -> tuple[dict, dict]:
     return votes, picked
 
 
+def rated_weights(args) -> RewardWeights:
+    """The reward weights of a retrain and its gate: the defaults, with the blend's --human-weight."""
+    return RewardWeights(human=args.human_weight, human_full_skill=args.human_full_skill)
+
+
 def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
     """One retrain from the database's ratings; its candidates loaded into the server, and what
-    its preference model was: ratings learnt, cross-validated skill, its weight in the reward."""
+    its preference model was: ratings learnt, cross-validated skill, its weight in the reward;
+    and its candidates ({agent: version})."""
     train_args = TrainArgs(
         task=args.task,
         steps=args.steps,
@@ -305,7 +312,7 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
             learning_rate=args.learning_rate,
             seed=args.seed,
         ),
-        weights=RewardWeights(human=args.human_weight, human_full_skill=args.human_full_skill),
+        weights=rated_weights(args),
     )
     outcome = train(train_args, client, model_path, db_path)
     with store.open_db(db_path) as db:
@@ -315,7 +322,18 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
             load_version(client, names[-1], store.get_adapter(db, agent, version)["path"])
     last = outcome["history"][-1]
     keys = ("ratings_learnt", "preference_skill", "preference_weight")
-    return names, {key: last.get(key) for key in keys}
+    return names, {key: last.get(key) for key in keys} | {"candidates": outcome["candidates"]}
+
+
+def gate_retrain(client, candidates: dict, db_path: Path, args) -> dict:
+    """The promotion gate's decision on a retrain's candidates against the start (the default
+    settings, on the validation problems, with the retrain's reward, ratings included), as the
+    app decides before serving them."""
+    decision = gate(client, candidates, args.task, AGENTS, db_path, weights=rated_weights(args))
+    decision = decision.to_json()
+    print(f"gate: {describe_gate(decision)}: "
+          f"{'promoted' if decision['passed'] else 'rejected'}", flush=True)  # fmt: skip
+    return decision
 
 
 def training_signal(db_path: Path, since: int, has) -> dict:
@@ -420,7 +438,10 @@ def experiment(client, model_path, home: Path, args) -> dict:
         with store.open_db(db_path) as db:
             since = store.count_episodes(db)
         names, preference = retrain(client, model_path, db_path, args)
-        signal = training_signal(db_path, since, has)
+        signal = training_signal(db_path, since, has)  # before the gate's episodes
+        candidates = preference.pop("candidates")
+        if args.gate:
+            preference["gate"] = gate_retrain(client, candidates, db_path, args)
         after = measure(client, names, held_out, db_path, args, has)
         for name in names:  # the next arm's candidates get the same names
             client.unload_adapter(name)
@@ -513,6 +534,9 @@ def report(figures: dict) -> str:
                     f"{pairs['scored_alike']} of them scored alike by the environment "
                     f"(only those can the preference reorder)"
                 )
+        if arm.get("gate"):  # with --gate
+            verdict = "promoted" if arm["gate"]["passed"] else "rejected"
+            lines.append(f"    gate: {describe_gate(arm['gate'])}: {verdict}")
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(
@@ -731,6 +755,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="the retrains' seed and the control's coin flips"
+    )
+    parser.add_argument(
+        "--gate",
+        action="store_true",
+        help="after each retrain, run the promotion gate (default settings) on its candidates "
+        "against the start, as the app would before serving them",
     )
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")
