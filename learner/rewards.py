@@ -276,6 +276,7 @@ def add_preference(scores: list[Scored], liked: Sequence[float], weight: float) 
     auto = [s.reward for s in scores]
     outcomes = [s.components.get("verdict", s.components.get("tests")) for s in scores]
     for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weight), strict=True):
+        r = float(r)  # the preference's numpy scalars would not go into JSON records
         s.components.update(auto_reward=s.reward, human_rating=float(h), human_term=r - s.reward)
         s.reward = r
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agents.tasks import split_tasks
@@ -151,3 +153,11 @@ def test_the_gate_judges_the_reward_the_run_trained_on_so_a_rated_taste_is_promo
         SpeedBudget(),
     )  # fmt: skip
     assert not automatic_only.passed and automatic_only.preference_weight == 0
+    # the mirror: the serving team says what raters prefer. The candidate is rejected, and the
+    # decision goes into the adapter's record as JSON (a rejected rated retrain once failed its
+    # run there: the blend's numpy scalars made `passed` a numpy bool)
+    mirrored = paired_scores(
+        ScriptedPolicy(answer), teams[::-1], tasks, tmp_path / "coteam.db", settings, weights,
+        SpeedBudget(), preference=preference,
+    )  # fmt: skip
+    assert json.loads(json.dumps(mirrored.to_json()))["passed"] is False
