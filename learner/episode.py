@@ -101,7 +101,7 @@ def play(
         results = run_group(setup.task, policy, samples, db=db, **settings)
     try:
         outputs = [r.output or "" for r in results]
-        preference = None if liked is None else [float(h) for h in liked(outputs)]
+        preference = None if liked is None else liked(outputs)
         scores = score_group(results, setup.weights, setup.budget, preference)
     except Exception as e:
         raise ScoringError(results, e) from e

@@ -107,7 +107,7 @@ def blend_human(
         ]
         share = min([weight, *(gap / 2 / largest for gap in gaps)])
         for i, c in centred.items():
-            blended[i] = auto[i] + share * c
+            blended[i] = float(auto[i] + share * c)  # h may be numpy's: rewards go into JSON
     return blended
 
 
@@ -276,7 +276,6 @@ def add_preference(scores: list[Scored], liked: Sequence[float], weight: float) 
     auto = [s.reward for s in scores]
     outcomes = [s.components.get("verdict", s.components.get("tests")) for s in scores]
     for s, h, r in zip(scores, liked, blend_human(auto, liked, outcomes, weight), strict=True):
-        r = float(r)  # the preference's numpy scalars would not go into JSON records
         s.components.update(auto_reward=s.reward, human_rating=float(h), human_term=r - s.reward)
         s.reward = r
 

@@ -461,7 +461,7 @@ def cross_group(results, args: TrainArgs, checker, preference, weights) -> torch
     with ThreadPoolExecutor(max_workers=CROSS_WORKERS) as pool:
         joints = list(pool.map(joint, picks))
     liked = (
-        preference.group_preference([r.output or "" for r in joints]).tolist()
+        preference.group_preference([r.output or "" for r in joints])
         if preference is not None
         else None
     )
