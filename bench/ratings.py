@@ -296,10 +296,10 @@ def rated_weights(args) -> RewardWeights:
     return RewardWeights(human=args.human_weight, human_full_skill=args.human_full_skill)
 
 
-def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
-    """One retrain from the database's ratings; its candidates loaded into the server, and what
-    its preference model was: ratings learnt, cross-validated skill, its weight in the reward;
-    and its candidates ({agent: version})."""
+def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict, dict]:
+    """One retrain from the database's ratings: its candidates' names, loaded into the server;
+    what its preference model was (ratings learnt, cross-validated skill, its weight in the
+    reward); and its candidates ({agent: version})."""
     train_args = TrainArgs(
         task=args.task,
         steps=args.steps,
@@ -322,18 +322,23 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict]:
             load_version(client, names[-1], store.get_adapter(db, agent, version)["path"])
     last = outcome["history"][-1]
     keys = ("ratings_learnt", "preference_skill", "preference_weight")
-    return names, {key: last.get(key) for key in keys} | {"candidates": outcome["candidates"]}
+    return names, {key: last.get(key) for key in keys}, outcome["candidates"]
 
 
 def gate_retrain(client, candidates: dict, db_path: Path, args) -> dict:
     """The promotion gate's decision on a retrain's candidates against the start (the default
     settings, on the validation problems, with the retrain's reward, ratings included), as the
     app decides before serving them."""
-    decision = gate(client, candidates, args.task, AGENTS, db_path, weights=rated_weights(args))
-    decision = decision.to_json()
-    print(f"gate: {describe_gate(decision)}: "
-          f"{'promoted' if decision['passed'] else 'rejected'}", flush=True)  # fmt: skip
+    result = gate(client, candidates, args.task, AGENTS, db_path, weights=rated_weights(args))
+    decision = result.to_json()
+    print(gate_line(decision), flush=True)
     return decision
+
+
+def gate_line(decision: dict) -> str:
+    """A gate decision (`GateResult.to_json`) in a line of the report."""
+    verdict = "promoted" if decision["passed"] else "rejected"
+    return f"gate: {describe_gate(decision)}: {verdict}"
 
 
 def training_signal(db_path: Path, since: int, has) -> dict:
@@ -437,9 +442,8 @@ def experiment(client, model_path, home: Path, args) -> dict:
         )
         with store.open_db(db_path) as db:
             since = store.count_episodes(db)
-        names, preference = retrain(client, model_path, db_path, args)
+        names, preference, candidates = retrain(client, model_path, db_path, args)
         signal = training_signal(db_path, since, has)  # before the gate's episodes
-        candidates = preference.pop("candidates")
         if args.gate:
             preference["gate"] = gate_retrain(client, candidates, db_path, args)
         after = measure(client, names, held_out, db_path, args, has)
@@ -535,8 +539,7 @@ def report(figures: dict) -> str:
                     f"(only those can the preference reorder)"
                 )
         if arm.get("gate"):  # with --gate
-            verdict = "promoted" if arm["gate"]["passed"] else "rejected"
-            lines.append(f"    gate: {describe_gate(arm['gate'])}: {verdict}")
+            lines.append(f"    {gate_line(arm['gate'])}")
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(
