@@ -64,6 +64,7 @@ Usage: python bench/ratings.py [--rater counter|both|all|prefers|averse|none|unr
                                [--ratings 4] [--held-out 4]
                                [--samples 1] [--concurrency 4]
                                [--steps 1] [--group-size 2] [--max-tokens 192] [--learning-rate LR]
+                               [--gate] [--gate-samples 1 [4 ...]]
                                [--vllm-url URL] [--json PATH] [--plot PNG]
        python bench/ratings.py --replot JSON [JSON ...] [--plot PNG]
 """
@@ -100,9 +101,10 @@ from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
 from agents.team.combine import extract_code  # noqa: E402
 from agents.team.graph import GREEDY, Sampling  # noqa: E402
-from learner.config import (
-    MAGRPOConfig,  # noqa: E402
-    TrainArgs,  # noqa: E402
+from learner.config import (  # noqa: E402
+    GateSettings,
+    MAGRPOConfig,
+    TrainArgs,
 )
 from learner.episode import EpisodeSetup, play  # noqa: E402
 from learner.evaluate import episode_metrics  # noqa: E402
@@ -325,14 +327,18 @@ def retrain(client, model_path, db_path: Path, args) -> tuple[list[str], dict, d
     return names, {key: last.get(key) for key in keys}, outcome["candidates"]
 
 
-def gate_retrain(client, candidates: dict, db_path: Path, args) -> dict:
-    """The promotion gate's decision on a retrain's candidates against the start (the default
-    settings, on the validation problems, with the retrain's reward, ratings included), as the
-    app decides before serving them."""
-    result = gate(client, candidates, args.task, AGENTS, db_path, weights=rated_weights(args))
-    decision = result.to_json()
-    print(gate_line(decision), flush=True)
-    return decision
+def gate_retrain(client, candidates: dict, db_path: Path, args) -> list[dict]:
+    """The promotion gate's decisions on a retrain's candidates against the start, as the app
+    decides before serving them: the default settings (on the validation problems, with the
+    retrain's reward, ratings included), with each of --gate-samples answers a task in turn."""
+    decisions = []
+    for samples in args.gate_samples:
+        settings = GateSettings(samples=samples)
+        weights = rated_weights(args)
+        result = gate(client, candidates, args.task, AGENTS, db_path, settings, weights)
+        decisions.append(result.to_json())
+        print(gate_line(decisions[-1]), flush=True)
+    return decisions
 
 
 def gate_line(decision: dict) -> str:
@@ -445,7 +451,7 @@ def experiment(client, model_path, home: Path, args) -> dict:
         names, preference, candidates = retrain(client, model_path, db_path, args)
         signal = training_signal(db_path, since, has)  # before the gate's episodes
         if args.gate:
-            preference["gate"] = gate_retrain(client, candidates, db_path, args)
+            preference["gates"] = gate_retrain(client, candidates, db_path, args)
         after = measure(client, names, held_out, db_path, args, has)
         for name in names:  # the next arm's candidates get the same names
             client.unload_adapter(name)
@@ -538,8 +544,8 @@ def report(figures: dict) -> str:
                     f"{pairs['scored_alike']} of them scored alike by the environment "
                     f"(only those can the preference reorder)"
                 )
-        if arm.get("gate"):  # with --gate
-            lines.append(f"    {gate_line(arm['gate'])}")
+        for decision in arm.get("gates", []):  # with --gate
+            lines.append(f"    {gate_line(decision)}")
         for key in ("property", "pass"):
             b, a = [m[key] for m in before], [m[key] for m in arm["after"]]
             lines.append(
@@ -764,6 +770,14 @@ def main() -> None:
         action="store_true",
         help="after each retrain, run the promotion gate (default settings) on its candidates "
         "against the start, as the app would before serving them",
+    )
+    parser.add_argument(
+        "--gate-samples",
+        type=int,
+        nargs="+",
+        default=[GateSettings.samples],
+        help="with --gate: answers per validation task and team (1: greedy, the default gate's; "
+        "more: sampled as the app samples); several: one gate each, on the same candidates",
     )
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the figures to this file")

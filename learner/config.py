@@ -100,6 +100,11 @@ class GateSettings:
     # non-inferiority on tests: the candidate's pass rate may be at most this much below the
     # serving team's (3 of 32 validation problems), however its reward compares
     pass_margin: float = 0.1
+    # answers per validation task and team: 1 greedy; more sampled as the app samples (T = 0.8)
+    samples: int = field(
+        default=1,
+        metadata=flag("answers per gate task and team (1: greedy; more: sampled)", "gate-samples"),
+    )
     max_tokens: int = 256
     concurrency: int = 4  # episodes in flight at once (both teams together)
 
@@ -111,8 +116,10 @@ class GateSettings:
         for name in ("alpha", "reward_alpha"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"gate.{name} must be between 0 and 1, not {getattr(self, name)}")
-        if self.concurrency < 1 or self.max_tokens < 1:
-            raise ValueError("gate.concurrency and gate.max_tokens must be at least 1")
+        if min(self.concurrency, self.max_tokens, self.samples) < 1:
+            raise ValueError(
+                "gate.concurrency, gate.max_tokens and gate.samples must be at least 1"
+            )
 
 
 @dataclass

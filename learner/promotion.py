@@ -1,20 +1,23 @@
 """The promotion gate: a candidate team (new adapter versions) is compared with the serving team on
 the gate's own validation split and promoted only when it is better.
 
-Both teams run the `parallel` shape greedily on the same validation tasks (agents/tasks.py: never
-the tasks the evaluation calls held out, never trained on), concurrently; each task gives a pair
-(candidate, serving) of joint rewards, scored with the training run's own reward weights. The
-candidate passes when its joint reward is higher — the mean paired difference is above `min_gain`
-(0 by default) and a one-sided Wilcoxon signed-rank test on the differences gives p < `reward_alpha` (a tie, or
-the timing noise of a candidate that changed nothing, fails) — and, on coding tasks, its pass
-rate is not lower by more than `pass_margin` and not significantly lower: an exact one-sided
-sign test (McNemar's) on the tasks where exactly one team passed, p >= `alpha`. Promotion then
-goes through the registry's hot-swap (learner/registry.py).
+Both teams run the `parallel` shape on the same validation tasks (agents/tasks.py: never the tasks
+the evaluation calls held out, never trained on), concurrently: one greedy answer each, or
+`samples` answers sampled as the app samples its answers (T = 0.8; a taste learnt from rated
+answers moves the sampled ones), drawn with the same seeds for both teams. Each task gives a pair
+(candidate, serving) of joint rewards, its answers' mean, scored with the training run's own
+reward weights. The candidate passes when its joint reward is higher — the mean paired difference
+is above `min_gain` (0 by default) and a one-sided Wilcoxon signed-rank test on the differences
+gives p < `reward_alpha` (a tie, or the timing noise of a candidate that changed nothing, fails) —
+and, on coding tasks, its pass rate is not lower by more than `pass_margin` and not significantly
+lower: an exact one-sided sign test on the tasks where the two teams' pass shares differ (with one
+answer each, McNemar's), p >= `alpha`. Promotion then goes through the registry's hot-swap
+(learner/registry.py).
 
 The joint reward is the one the run trained on: the automatic reward plus, when ratings count,
 what people prefer (the preference model refit on every stored rating of the kind, at the weight
-its skill earns, `learner.rewards.add_preference`: each task's two answers are a group, and the
-preference moves an answer only against one the environment scored alike). So a retrain that
+its skill earns, `learner.rewards.add_preference`: a task's answers, both teams', are a group, and
+the preference moves an answer only against one the environment scored alike). So a retrain that
 learnt a rated taste and kept the tests is promoted; the automatic reward alone is kept beside it
 (`candidate_auto`, `active_auto`) and shown.
 """
@@ -32,7 +35,7 @@ from scipy import stats
 import store
 from agents.serving.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team.graph import GREEDY
+from agents.team.graph import GREEDY, Sampling
 from learner.config import GateSettings
 from learner.episode import EpisodeSetup, play
 from learner.preference import PreferenceModel, run_preference_model
@@ -47,8 +50,9 @@ class GateResult:
 
     candidate_rewards: list[float]  # the joint reward the run trained on, preference included
     active_rewards: list[float]
-    candidate_passed: list[bool | None]  # None: a writing task, no tests
-    active_passed: list[bool | None]
+    # each task's share of answers that passed its tests (one answer: 0 or 1); None: no tests
+    candidate_passed: list[float | None]
+    active_passed: list[float | None]
     settings: GateSettings = field(default_factory=GateSettings)
     candidate_auto: list[float] | None = None  # the automatic reward alone (None: the same)
     active_auto: list[float] | None = None
@@ -83,8 +87,9 @@ class GateResult:
 
     @property
     def pass_drop_p(self) -> float:
-        """One-sided p-value that the candidate passes fewer tasks (exact sign test on the tasks
-        where the two teams disagree); 1.0 when they never disagree or nothing is tested."""
+        """One-sided p-value that the candidate passes fewer tests (exact sign test on the tasks
+        where the two teams' pass shares differ; with one answer each, McNemar's test); 1.0 when
+        they never differ or nothing is tested."""
         pairs = [
             (c, a)
             for c, a in zip(self.candidate_passed, self.active_passed, strict=True)
@@ -92,7 +97,7 @@ class GateResult:
         ]
         if not pairs:
             return 1.0
-        worse = sum(1 for c, _ in pairs if not c)
+        worse = sum(1 for c, a in pairs if c < a)
         return float(stats.binomtest(worse, len(pairs), 0.5, alternative="greater").pvalue)
 
     @property
@@ -144,9 +149,11 @@ class GateResult:
 def describe_gate(gate: dict) -> str:
     """A gate decision's figures in words: the reward the run trained on (preference included)
     and, when ratings counted, the automatic reward alone and the pass rates beside it."""
+    samples = gate.get("settings", {}).get("samples", 1)
     text = (
         f"candidate {gate['candidate_score']:.3f} vs serving {gate['active_score']:.3f} "
         f"on {gate['tasks']} validation task(s)"
+        + (f" x {samples} sampled answers" if samples > 1 else "")
     )
     if gate.get("preference_weight"):
         text += (
@@ -183,52 +190,65 @@ def paired_scores(
     turns: int = 1,
     preference: PreferenceModel | None = None,
 ) -> GateResult:
-    """Run both teams greedily on every task (episodes of up to `turns` turns, as the run
-    trained), `settings.concurrency` episodes at a time, and score each episode with the run's
-    own weights and, given `preference`, what people prefer at its weight (see the module's
-    docstring); `on_progress(done, total)` after each."""
+    """Run both teams on every task (episodes of up to `turns` turns, as the run trained),
+    `settings.concurrency` episodes at a time: one greedy answer each, or `settings.samples`
+    answers sampled as the app samples, the two teams' answers to a task drawn with the same
+    seeds. Score each answer with the run's own weights and, given `preference`, what people
+    prefer at its weight (see the module's docstring); a task's figures are its answers' means.
+    `on_progress(done, total)` after each episode group."""
     total, done, lock = 2 * len(tasks), 0, threading.Lock()
+    k = settings.samples
 
-    def one(job: tuple[int, int]) -> tuple[Scored, str, bool | None]:
+    def one(job: tuple[int, int]) -> list[tuple[Scored, str, bool | None]]:
         nonlocal done
         team, index = job
         task = tasks[index]
+        # greedy, or Sampling's defaults (the app's T = 0.8, top-p 0.95) seeded by the task
+        sampling = GREEDY if k == 1 else Sampling(seed=1000 * index)
         setup = EpisodeSetup(
             task,
             agents=len(teams[team]),
             turns=turns,
             adapters=teams[team],
-            sampling=replace(GREEDY, max_tokens=settings.max_tokens),
+            sampling=replace(sampling, max_tokens=settings.max_tokens),
             weights=weights,
             budget=budget,
         )
-        [played] = play(setup, client, db=db_path)
-        result, scored = played.result, played.scored
+        played = play(setup, client, db=db_path, samples=k)
         with lock:
             done += 1
             if on_progress:
                 on_progress(done, total)
-        return (
-            scored,
-            result.output or "",
-            (bool(result.success) if task.kind == "coding" else None),
-        )
+        tested = task.kind == "coding"
+        return [
+            (p.scored, p.result.output or "", bool(p.result.success) if tested else None)
+            for p in played
+        ]
 
     jobs = [(team, index) for index in range(len(tasks)) for team in (0, 1)]
     with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
         outcomes = dict(zip(jobs, pool.map(one, jobs), strict=True))
     weight = preference.blend_weight(weights) if preference is not None else 0.0
-    auto = [[outcomes[(team, i)][0].reward for i in range(len(tasks))] for team in (0, 1)]
+    auto = [
+        [_mean(s.reward for s, _, _ in outcomes[(t, i)]) for i in range(len(tasks))] for t in (0, 1)
+    ]
     for i in range(len(tasks)):
-        pair = [outcomes[(team, i)] for team in (0, 1)]
-        if weight > 0:  # the task's two answers, as a group of the run's would be blended
-            liked = preference.group_preference([output for _, output, _ in pair])
-            add_preference([scored for scored, _, _ in pair], liked, weight)
+        answers = outcomes[(0, i)] + outcomes[(1, i)]
+        if weight > 0:  # the task's answers, as a group of the run's would be blended
+            liked = preference.group_preference([output for _, output, _ in answers])
+            add_preference([scored for scored, _, _ in answers], liked, weight)
+
+    def figures(team: int) -> tuple[list[float], list[float | None]]:
+        rewards = [_mean(s.reward for s, _, _ in outcomes[(team, i)]) for i in range(len(tasks))]
+        passed = [[p for _, _, p in outcomes[(team, i)]] for i in range(len(tasks))]
+        return rewards, [None if None in p else _mean(p) for p in passed]
+
+    (candidate_rewards, candidate_passed), (active_rewards, active_passed) = figures(0), figures(1)
     return GateResult(
-        candidate_rewards=[outcomes[(0, i)][0].reward for i in range(len(tasks))],
-        active_rewards=[outcomes[(1, i)][0].reward for i in range(len(tasks))],
-        candidate_passed=[outcomes[(0, i)][2] for i in range(len(tasks))],
-        active_passed=[outcomes[(1, i)][2] for i in range(len(tasks))],
+        candidate_rewards=candidate_rewards,
+        active_rewards=active_rewards,
+        candidate_passed=candidate_passed,
+        active_passed=active_passed,
         settings=settings,
         candidate_auto=auto[0],
         active_auto=auto[1],

@@ -8,7 +8,7 @@ import pytest
 
 from agents.tasks import split_tasks
 from learner.config import GateSettings
-from learner.promotion import GateResult, paired_scores, validation_tasks
+from learner.promotion import GateResult, describe_gate, paired_scores, validation_tasks
 from learner.reward_config import RewardWeights, SpeedBudget
 from tests.scripted import ScriptedPolicy
 
@@ -161,3 +161,56 @@ def test_the_gate_judges_the_reward_the_run_trained_on_so_a_rated_taste_is_promo
         SpeedBudget(), preference=preference,
     )  # fmt: skip
     assert json.loads(json.dumps(mirrored.to_json()))["passed"] is False
+
+
+def test_a_taste_learnt_in_the_sampled_answers_is_judged_on_samples_drawn_alike(
+    tmp_path, monkeypatch
+):
+    """A retrain can move the answers the app samples (T = 0.8) and leave the greedy one as it
+    was: the greedy gate then sees a tie; with `samples` it judges sampled answers, both teams'
+    drawn with the same seeds, and promotes the taste."""
+    from learner.preference import PreferenceExamples, fit_preference_model
+
+    monkeypatch.setenv("COTEAM_HOME", str(tmp_path))
+    examples = PreferenceExamples()
+    for k in range(16):
+        fact = f"the council met on day {k}"
+        examples.add_vote(f"You will see that {fact}.", f"It is reported that {fact}.", "left")
+    preference = fit_preference_model(examples)
+
+    def answer(request):
+        learnt = request.adapter.endswith("-v2") and request.temperature > 0
+        start = "You will see that" if learnt else "It is reported that"
+        return f"{start} the council approved the new plan for the town centre on Tuesday."
+
+    tasks = split_tasks("summary", "validation")[:5]
+    teams = (["agent1-v2", "agent2-v2"], ["agent1-v1", "agent2-v1"])
+    scores = {}
+    for samples in (1, 3):
+        policy = ScriptedPolicy(answer)
+        scores[samples] = paired_scores(
+            policy, teams, tasks, tmp_path / "coteam.db", GateSettings(tasks=5, samples=samples),
+            RewardWeights(), SpeedBudget(), preference=preference,
+        )  # fmt: skip
+        seeds = {
+            team: sorted(
+                str(r.seed) for r in policy.requests if r.adapter.endswith(f"-v{2 - team}")
+            )
+            for team in (0, 1)
+        }
+        assert seeds[0] == seeds[1]  # the two teams' answers drawn alike
+        assert samples == 1 or "None" not in seeds[0]
+    assert not scores[1].passed and scores[1].reward_gain == pytest.approx(0, abs=0.02)
+    assert scores[3].passed, scores[3].to_json()
+    assert scores[3].tasks == 5 and scores[3].pass_rates == (None, None)
+    assert "x 3 sampled answers" in describe_gate(scores[3].to_json())
+
+
+def test_the_pass_test_counts_the_tasks_whose_pass_shares_differ():
+    """With several answers a task, its pass figure is the share that passed; the sign test
+    counts the tasks where the shares differ, as McNemar's counts those where one team passed."""
+    shares = result([0.9] * 4, [0.5] * 4, [0.5, 1.0, 0.25, 1.0], [1.0, 1.0, 0.75, 1.0])
+    assert shares.pass_drop_p == pytest.approx(0.25) and shares.pass_rates == (0.6875, 0.9375)
+    assert not shares.within_pass_margin and not shares.passed
+    better = result([0.9] * 4, [0.5] * 4, [1.0, 1.0, 0.75, 1.0], [0.5, 1.0, 0.75, 1.0])
+    assert better.pass_drop_p == 1.0 and better.passed
