@@ -195,6 +195,15 @@ class TrainingPanel:
                 minimum=0,
                 elem_id="admin-gate-threshold",
             )
+            self.gate_samples = gr.Number(
+                args.gate.samples,
+                label="Gate: answers per task",
+                info="1: each team's greedy answer; more: answers sampled as this app samples "
+                "them (a taste learnt from ratings shows there), that many times slower",
+                precision=0,
+                minimum=1,
+                elem_id="admin-gate-samples",
+            )
             self.joint_mode = gr.Dropdown(
                 list(JOINT_MODES),
                 value=args.magrpo.joint_mode,
@@ -238,6 +247,7 @@ class TrainingPanel:
             self.task_limit,
             self.gate_tasks,
             self.gate_threshold,
+            self.gate_samples,
             self.joint_mode,
         ]
 
@@ -279,6 +289,7 @@ class TrainingPanel:
         task_limit,
         gate_tasks,
         slack,
+        gate_samples,
         joint_mode,
     ):
         for name, value, low in [
@@ -299,7 +310,12 @@ class TrainingPanel:
             max_new_tokens=int(tokens),
             joint_mode=joint_mode,
         )
-        gate = replace(args.gate, tasks=int(gate_tasks or 0), min_gain=-float(slack or 0))
+        gate = replace(
+            args.gate,
+            tasks=int(gate_tasks or 0),
+            min_gain=-float(slack or 0),
+            samples=int(gate_samples or 0),
+        )
         args = replace(args, task_limit=int(task_limit) if task_limit else None, gate=gate)
         args.check()
         return args

@@ -448,11 +448,11 @@ def test_admin_needs_the_right_password_and_checks_it_on_every_action(ctx, monke
     ok, message, panel, *_ = admin.login.log_in("s3cret")
     assert ok is True and panel["visible"] is True
     with pytest.raises(gr.Error, match="Unlock"):
-        admin.training.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0, "aligned")
+        admin.training.retrain_now(False, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0, 1, "aligned")
     with pytest.raises(gr.Error, match="Unlock"):
         admin.export.export_data(False, "jsonl")
     assert "cannot train" in admin.training.retrain_now(
-        True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0, "aligned"
+        True, "coding", 2, 1, 2, 1, 64, 0, 1, 0.0, 1, "aligned"
     )
     text, bar = learner_status(ctx)
     assert "no training run yet" in text and "admin-progress-bar" in bar
@@ -465,8 +465,11 @@ def test_the_admin_form_sets_the_joint_mode_and_refuses_a_cross_run_too_large(tm
     )
     training = built(ctx, AdminTab(ctx)).training
     assert training.joint_mode.value == worker.args.magrpo.joint_mode == "aligned"
-    form = ["coding", 2, 1, 4, 1, 64, 0, 1, 0.0]  # task, agents, steps, G, tasks, tokens, ...
+    form = ["coding", 2, 1, 4, 1, 64, 0, 1, 0.0, 1]  # task, agents, steps, G, tasks, tokens, ...
     assert training.train_args(*form, "cross").magrpo.joint_mode == "cross"
+    assert training.train_args(*form[:-1], 4, "cross").gate.samples == 4
+    with pytest.raises(ValueError, match="gate.samples"):
+        training.train_args(*form[:-1], 0, "cross")
     assert training.train_args(*form, "aligned").magrpo.joint_mode == "aligned"
     form[1] = 4  # 4 agents at G = 4: 256 mixes a task, past the cap: said, and nothing starts
     message = training.retrain_now(True, *form, "cross")

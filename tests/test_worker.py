@@ -302,6 +302,7 @@ def test_coteam_train_flags_start_from_the_one_config():
     assert _train_args(parser.parse_args(["train"])) == TrainArgs()  # no default of its own
     args = _train_args(parser.parse_args(["train", "--steps", "3", "--gate-tasks", "40"]))
     assert args.steps == 3 and args.gate.tasks == 40 and args.magrpo == TrainArgs().magrpo
+    assert _train_args(parser.parse_args(["train", "--gate-samples", "4"])).gate.samples == 4
     args = _train_args(parser.parse_args(["train", "--turns", "2", "--gamma", "0.8"]))
     assert args.turns == 2 and args.magrpo.gamma == 0.8
     assert _train_args(parser.parse_args(["train", "--joint-mode", "cross"])).magrpo.joint_mode == (
