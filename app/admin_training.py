@@ -198,8 +198,8 @@ class TrainingPanel:
             self.gate_samples = gr.Number(
                 args.gate.samples,
                 label="Gate: answers per task",
-                info="1: each team's greedy answer; more: answers sampled as this app samples "
-                "them (a taste learnt from ratings shows there), that many times slower",
+                info="1: each team's greedy answer; more: that many answers sampled as this app "
+                "samples them, the gate that many times slower",
                 precision=0,
                 minimum=1,
                 elem_id="admin-gate-samples",
