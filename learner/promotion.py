@@ -2,9 +2,9 @@
 the gate's own validation split and promoted only when it is better.
 
 Both teams run the `parallel` shape on the same validation tasks (agents/tasks.py: never the tasks
-the evaluation calls held out, never trained on), concurrently: one greedy answer each, or
-`samples` answers sampled as the app samples its answers (T = 0.8; a taste learnt from rated
-answers moves the sampled ones), drawn with the same seeds for both teams. Each task gives a pair
+the evaluation calls held out, never trained on), concurrently: one greedy answer each (the
+default), or `samples` answers sampled as the app samples the answers a person sees (T = 0.8),
+drawn with the same seeds for both teams. Each task gives a pair
 (candidate, serving) of joint rewards, its answers' mean, scored with the training run's own
 reward weights. The candidate passes when its joint reward is higher — the mean paired difference
 is above `min_gain` (0 by default) and a one-sided Wilcoxon signed-rank test on the differences
