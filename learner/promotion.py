@@ -4,15 +4,14 @@ the gate's own validation split and promoted only when it is better.
 Both teams run the `parallel` shape on the same validation tasks (agents/tasks.py: never the tasks
 the evaluation calls held out, never trained on), concurrently: one greedy answer each (the
 default), or `samples` answers sampled as the app samples the answers a person sees (T = 0.8),
-drawn with the same seeds for both teams. Each task gives a pair
-(candidate, serving) of joint rewards, its answers' mean, scored with the training run's own
-reward weights. The candidate passes when its joint reward is higher — the mean paired difference
-is above `min_gain` (0 by default) and a one-sided Wilcoxon signed-rank test on the differences
-gives p < `reward_alpha` (a tie, or the timing noise of a candidate that changed nothing, fails) —
-and, on coding tasks, its pass rate is not lower by more than `pass_margin` and not significantly
-lower: an exact one-sided sign test on the tasks where the two teams' pass shares differ (with one
-answer each, McNemar's), p >= `alpha`. Promotion then goes through the registry's hot-swap
-(learner/registry.py).
+drawn with the same seeds for both teams. Each task gives a pair (candidate, serving) of joint
+rewards, its answers' mean, scored with the training run's own reward weights. The candidate
+passes when its joint reward is higher — the mean paired difference is above `min_gain` (0 by
+default) and a one-sided Wilcoxon signed-rank test on the differences gives p < `reward_alpha` (a
+tie, or the timing noise of a candidate that changed nothing, fails) — and, on coding tasks, its
+pass rate is not lower by more than `pass_margin` and not significantly lower: an exact one-sided
+sign test on the tasks where the two teams' pass shares differ (with one answer each, McNemar's),
+p >= `alpha`. Promotion then goes through the registry's hot-swap (learner/registry.py).
 
 The joint reward is the one the run trained on: the automatic reward plus, when ratings count,
 what people prefer (the preference model refit on every stored rating of the kind, at the weight
