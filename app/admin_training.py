@@ -181,29 +181,7 @@ class TrainingPanel:
                 minimum=0,
                 elem_id="admin-task-limit",
             )
-            self.gate_tasks = gr.Number(
-                args.gate.tasks,
-                label="Gate: validation tasks",
-                info="problems the new version must do better on before it serves",
-                precision=0,
-                minimum=1,
-                elem_id="admin-gate-tasks",
-            )
-            self.gate_threshold = gr.Number(
-                max(0.0, -args.gate.min_gain),
-                label="Gate: how much lower a candidate's reward may be (0: it must be higher)",
-                minimum=0,
-                elem_id="admin-gate-threshold",
-            )
-            self.gate_samples = gr.Number(
-                args.gate.samples,
-                label="Gate: answers per task",
-                info="1: each team's greedy answer; more: that many answers sampled as this app "
-                "samples them, the gate that many times slower",
-                precision=0,
-                minimum=1,
-                elem_id="admin-gate-samples",
-            )
+            self.build_gate_form(args)
             self.joint_mode = gr.Dropdown(
                 list(JOINT_MODES),
                 value=args.magrpo.joint_mode,
@@ -212,6 +190,32 @@ class TrainingPanel:
                 "every mix of the agents' answers, each agent credited for its own part (one turn)",
                 elem_id="admin-joint-mode",
             )
+
+    def build_gate_form(self, args: TrainArgs) -> None:
+        """The promotion gate's settings of a run, in the run form's row."""
+        self.gate_tasks = gr.Number(
+            args.gate.tasks,
+            label="Gate: validation tasks",
+            info="problems the new version must do better on before it serves",
+            precision=0,
+            minimum=1,
+            elem_id="admin-gate-tasks",
+        )
+        self.gate_threshold = gr.Number(
+            max(0.0, -args.gate.min_gain),
+            label="Gate: how much lower a candidate's reward may be (0: it must be higher)",
+            minimum=0,
+            elem_id="admin-gate-threshold",
+        )
+        self.gate_samples = gr.Number(
+            args.gate.samples,
+            label="Gate: answers per task",
+            info="1: each team's greedy answer; more: that many answers sampled as this app "
+            "samples them, the gate that many times slower",
+            precision=0,
+            minimum=1,
+            elem_id="admin-gate-samples",
+        )
 
     def build_schedule(self) -> None:
         """When runs start by themselves: after N new ratings, every T minutes."""
