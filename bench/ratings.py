@@ -331,10 +331,9 @@ def gate_retrain(client, candidates: dict, db_path: Path, args) -> list[dict]:
     """The promotion gate's decisions on a retrain's candidates against the start, as the app
     decides before serving them: the default settings (on the validation problems, with the
     retrain's reward, ratings included), with each of --gate-samples answers a task in turn."""
-    decisions = []
+    decisions, weights = [], rated_weights(args)
     for samples in args.gate_samples:
         settings = GateSettings(samples=samples)
-        weights = rated_weights(args)
         result = gate(client, candidates, args.task, AGENTS, db_path, settings, weights)
         decisions.append(result.to_json())
         print(gate_line(decisions[-1]), flush=True)

@@ -228,26 +228,26 @@ def paired_scores(
     with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
         outcomes = dict(zip(jobs, pool.map(one, jobs), strict=True))
     weight = preference.blend_weight(weights) if preference is not None else 0.0
-    auto = [
-        [_mean(s.reward for s, _, _ in outcomes[(t, i)]) for i in range(len(tasks))] for t in (0, 1)
-    ]
+
+    def rewards(team: int) -> list[float]:  # each task's mean reward, as scored so far
+        return [_mean(s.reward for s, _, _ in outcomes[(team, i)]) for i in range(len(tasks))]
+
+    auto = [rewards(0), rewards(1)]  # before the preference is blended in
     for i in range(len(tasks)):
         answers = outcomes[(0, i)] + outcomes[(1, i)]
         if weight > 0:  # the task's answers, as a group of the run's would be blended
             liked = preference.group_preference([output for _, output, _ in answers])
             add_preference([scored for scored, _, _ in answers], liked, weight)
 
-    def figures(team: int) -> tuple[list[float], list[float | None]]:
-        rewards = [_mean(s.reward for s, _, _ in outcomes[(team, i)]) for i in range(len(tasks))]
-        passed = [[p for _, _, p in outcomes[(team, i)]] for i in range(len(tasks))]
-        return rewards, [None if None in p else _mean(p) for p in passed]
+    def passed(team: int) -> list[float | None]:  # each task's share passed; None: no tests
+        shares = [[p for _, _, p in outcomes[(team, i)]] for i in range(len(tasks))]
+        return [None if None in p else _mean(p) for p in shares]
 
-    (candidate_rewards, candidate_passed), (active_rewards, active_passed) = figures(0), figures(1)
     return GateResult(
-        candidate_rewards=candidate_rewards,
-        active_rewards=active_rewards,
-        candidate_passed=candidate_passed,
-        active_passed=active_passed,
+        candidate_rewards=rewards(0),
+        active_rewards=rewards(1),
+        candidate_passed=passed(0),
+        active_passed=passed(1),
         settings=settings,
         candidate_auto=auto[0],
         active_auto=auto[1],
