@@ -69,6 +69,7 @@ from learner.config import (  # noqa: E402
     MAGRPOConfig,
     TrainArgs,  # noqa: E402
 )
+from learner.magrpo import update_dtype  # noqa: E402
 from learner.train import training_tasks  # noqa: E402
 from store.paths import venv_python  # noqa: E402
 
@@ -224,9 +225,10 @@ def transformers_version() -> str:
 
 
 def device_and_dtype() -> tuple[bool, torch.dtype]:
-    """As CoTeam's learner: fp32 on CPU (bf16 matmuls are slow there), bf16 on a GPU."""
+    """As CoTeam's learner weighs the base model (`learner.magrpo.update_dtype`): bf16 on a GPU or
+    on a CPU with native bf16, fp32 on other CPUs; the same for every engine of a run."""
     gpu = torch.cuda.is_available()
-    return gpu, torch.bfloat16 if gpu else torch.float32
+    return gpu, update_dtype(MAGRPOConfig().dtype, gpu)
 
 
 def lora_config(cfg: MAGRPOConfig):

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from agents.team.graph import Sampling
 
 JOINT_MODES = ("aligned", "cross")
+UPDATE_DTYPES = ("auto", "float32", "bfloat16")
 FOLD_HELP = (
     "split HumanEval by fold F/K instead of the fixed split: the problems whose number mod K is "
     "F-1 held out (1/2: 0, 2, 4, ...), every third of the rest the gate's, the others trained on"
@@ -69,6 +70,16 @@ class MAGRPOConfig:
         ),
     )
     seed: int = field(default=0, metadata=flag("the run's seed (task order, LoRA init)"))
+    # the base model's weights in the update; the LoRA weights and Adam's state stay float32
+    dtype: str = field(
+        default="auto",
+        metadata=flag(
+            "the base model's weights in the update: auto is bfloat16 on a GPU or on a CPU that "
+            "computes in bf16 natively (AVX512-BF16 or AMX), float32 on other CPUs (bf16 is slow "
+            "there); the LoRA weights stay float32",
+            choices=UPDATE_DTYPES,
+        ),
+    )
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -113,6 +113,19 @@ def has_signal(advantages: torch.Tensor) -> bool:
     return bool(advantages.abs().max() > 0) if advantages.numel() else False
 
 
+def update_dtype(setting: str, gpu: bool) -> torch.dtype:
+    """The base model's weights in the update (`MAGRPOConfig.dtype`): "auto" is bfloat16 on a GPU
+    or on a CPU that computes in bf16 natively (`cpu_has_bf16`, as vLLM serves there: the update
+    then scores tokens in the numbers the rollouts were sampled with), float32 on other CPUs,
+    where bf16 matmuls run through slow fallbacks. PEFT keeps the LoRA weights in float32 over a
+    bf16 base (`autocast_adapter_dtype`), so Adam's steps are not rounded away."""
+    if setting == "auto":
+        from agents.serving.server import cpu_has_bf16
+
+        return torch.bfloat16 if gpu or cpu_has_bf16() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[setting]
+
+
 def policy_loss(
     logprobs: list[torch.Tensor],
     advantages: torch.Tensor,
@@ -167,8 +180,7 @@ class AgentPolicies:
 
         torch.manual_seed(self.config.seed)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        # fp32 on CPU (bf16 matmuls are slow there); bf16 on a GPU
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        dtype = update_dtype(self.config.dtype, self.device == "cuda")
         base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=dtype).to(self.device)
         lora = LoraConfig(
             r=self.config.lora_rank,

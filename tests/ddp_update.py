@@ -13,7 +13,9 @@ from learner.magrpo import AgentPolicies, Sample
 
 model_folder, out = sys.argv[1:3]
 dist.init_process_group("gloo")
-config = MAGRPOConfig(learning_rate=1e-2, target_modules=("q_proj", "v_proj"), micro_batch=2)
+config = MAGRPOConfig(
+    learning_rate=1e-2, target_modules=("q_proj", "v_proj"), micro_batch=2, dtype="float32"
+)
 policies = AgentPolicies(model_folder, n_agents=1, config=config)
 generator = torch.Generator().manual_seed(0)
 with torch.no_grad():  # a trained-looking adapter: LoRA B at zero would hide half the gradient

@@ -21,6 +21,7 @@ from learner.magrpo import (
     has_signal,
     policy_loss,
     turn_groups,
+    update_dtype,
 )
 from learner.report import plot_training_curve, training_curve_figure
 from learner.reward_config import RewardWeights
@@ -159,7 +160,8 @@ def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"))
+    # float32 on any CPU: the comparisons are of the pass forms, to 1e-5
+    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"), dtype="float32")
     policies = AgentPolicies(str(model_path), n_agents=1, config=config)
     chat = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Write a function that adds two numbers."}],
@@ -208,7 +210,7 @@ def test_the_update_scores_tokens_under_the_sampling_temperature(model_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    config = MAGRPOConfig(temperature=0.8, target_modules=("q_proj", "v_proj"))
+    config = MAGRPOConfig(temperature=0.8, target_modules=("q_proj", "v_proj"), dtype="float32")
     policies = AgentPolicies(str(model_path), n_agents=1, config=config)
     prompt = tokenizer.encode("Write a function that adds two numbers.\n")
     completions = [tokenizer.encode(w) for w in ("def add(a, b):\n    return a + b", "Sure.")]
@@ -269,7 +271,7 @@ def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # a step small enough for the first-order move to show (Adam moves every weight by about
     # the learning rate at its first step; 5e-3 overshot once log π was taken at T = 0.8)
-    config = MAGRPOConfig(learning_rate=1e-3, target_modules=("q_proj", "v_proj"))
+    config = MAGRPOConfig(learning_rate=1e-3, target_modules=("q_proj", "v_proj"), dtype="float32")
     policies = AgentPolicies(str(model_path), n_agents=2, config=config)
     chat = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Say a colour."}], add_generation_prompt=True, tokenize=False
@@ -303,6 +305,46 @@ def test_one_step_moves_each_agent_toward_its_better_sample(model_path, tmp_path
     with torch.no_grad():
         again = [lp.sum().item() for lp in reloaded.completion_logprobs(0, samples)]
     assert again == pytest.approx(after0, abs=1e-3)
+
+
+def test_the_update_weighs_the_base_in_bf16_where_the_machine_computes_in_it(monkeypatch):
+    import agents.serving.server as server
+
+    monkeypatch.setattr(server, "cpu_has_bf16", lambda: True)
+    assert update_dtype("auto", gpu=False) == torch.bfloat16
+    monkeypatch.setattr(server, "cpu_has_bf16", lambda: False)
+    assert update_dtype("auto", gpu=False) == torch.float32  # an AVX2-only CPU
+    assert update_dtype("auto", gpu=True) == torch.bfloat16
+    assert update_dtype("bfloat16", gpu=False) == torch.bfloat16
+    assert update_dtype("float32", gpu=True) == torch.float32
+
+
+@pytest.mark.integration
+def test_a_bf16_base_keeps_the_lora_in_float32_and_learns(model_path):
+    """Real model with its weights in bf16 (what "auto" picks on a CPU with native bf16): each
+    agent's LoRA and Adam's state stay float32, and one step makes the better sample likelier."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    config = MAGRPOConfig(learning_rate=1e-3, target_modules=("q_proj", "v_proj"), dtype="bfloat16")
+    policies = AgentPolicies(str(model_path), n_agents=2, config=config)
+    base = [p for n, p in policies.model.named_parameters() if "lora_" not in n]
+    assert base and all(p.dtype == torch.bfloat16 for p in base)
+    lora = policies.parameters(0) + policies.parameters(1)
+    assert lora and all(p.dtype == torch.float32 for p in lora)
+    prompt = tokenizer.encode("Say a colour.\n")
+    samples = [Sample(prompt, tokenizer.encode(w)) for w in ("Blue.", "Green, like grass.")]
+
+    def blue_over_green():
+        with torch.no_grad():
+            blue, green = policies.group_logprobs(0, prompt, [s.completion_ids for s in samples])
+        return blue.sum().item() - green.sum().item()
+
+    before = blue_over_green()
+    assert policies.update(0, samples, group_advantages(torch.tensor([1.0, 0.0])))["updated"]
+    assert blue_over_green() > before
+    moments = [v for s in policies.optimizers[0].state.values() for v in s.values() if v.dim()]
+    assert moments and all(v.dtype == torch.float32 for v in moments)
 
 
 def test_steps_per_pass_over_a_cycled_task_set():
@@ -354,7 +396,7 @@ def test_a_checkpoint_resumes_the_adapter_and_its_optimizer_exactly(model_path, 
     takes the next step exactly as the one that kept running (Adam's moments included)."""
     from learner.train import read_checkpoint, write_checkpoint
 
-    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"))
+    config = MAGRPOConfig(learning_rate=5e-3, target_modules=("q_proj", "v_proj"), dtype="float32")
     running = AgentPolicies(str(model_path), n_agents=1, config=config)
     samples = [Sample([9707, 11, 1879, 0], [5, 6]), Sample([9707, 11, 1879, 0], [7, 8, 9])]
     advantages = torch.tensor([1.0, -1.0])
