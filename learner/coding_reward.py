@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 from agents.judge.parsing import parse
 from agents.judge.testrun import TestReport, run_tests
+from agents.tasks import Task
+from agents.team.combine import combine_code
 from learner.reward_config import RewardWeights
 
 
@@ -237,3 +239,19 @@ def _function(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctio
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
             found = node  # the last definition wins, as when the module runs
     return found
+
+
+def helper_alone_passes(task: Task, helper_reply: str) -> bool:
+    """Whether the helper author's `aux` alone passes the task's tests: its reply joined, as the
+    team's replies are, with an entry function that only returns `aux(...)`, written here (by the
+    evaluation, not by an agent; the contract gives `aux` the entry function's signature). Beside
+    the team's own pass, it shows what the entry author's code did: a pass `aux` alone lacks is
+    its work, a fail where `aux` alone passes its harm."""
+    arguments = "*args, **kwargs"
+    wrapper = f"def {task.entry_point}({arguments}):\n    return aux({arguments})\n"
+    owners = [("aux",), (task.entry_point,)]
+    module = combine_code([helper_reply, wrapper], owners, task.preamble, task.prompt)
+    if module.error:
+        return False
+    report = run_tests(module.code, task.tests, task.entry_point, given=task.preamble)
+    return report.total > 0 and report.passed == report.total

@@ -36,6 +36,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "reference": ("reference agreement", ("writing",)),
     "consistency": ("consistency", ("coding", "writing")),
     "helper_called": ("entry calls the helper", ("coding",)),
+    "helper_alone": ("helper's aux alone passes", ("coding",)),
     "role_violations": ("role violations", ("coding",)),
     "critical_tokens": ("critical-path tokens", ("coding", "writing")),
     "redundancy": ("redundancy", ("writing",)),
@@ -69,6 +70,10 @@ DEFINITIONS = {
         "result of, times 0.25 + 0.75 · tests passed; not defined for `single`",
         "helper_called": "1 if the entry author's function calls (ast.Call) every function its "
         "helper author(s) wrote, and does not define or shadow it itself; not defined for `single`",
+        "helper_alone": "a team of a helper and an entry author: 1 if the helper's `aux` alone "
+        "passes the tests, joined with an entry function that only returns `aux(...)` (written by "
+        "the evaluation, not an agent); beside pass@1 it shows what the entry author's own code "
+        "added (a pass `aux` alone lacks) or broke; not defined for other shapes",
         "role_violations": "share of the team's agents that defined a function another role owns "
         "(nested definitions included); not defined for `single`",
         "critical_tokens": "output tokens on the critical path: per turn, the longest agent's "

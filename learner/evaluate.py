@@ -23,7 +23,9 @@ What is measured, per episode (`eval_stats.DEFINITIONS` is the text the report p
   pairwise cosine of the sections' embeddings. Not defined for `single` (one agent has no
   teammate to agree with).
 - coding teams also: `helper_called` (the entry function calls every helper author's function),
-  `role_violations` (share of agents that implemented another role's function);
+  `role_violations` (share of agents that implemented another role's function), and for a team
+  of a helper and an entry author `helper_alone` (the helper's `aux` alone passes, called by an
+  entry function the evaluation writes: beside `pass`, what the entry author's own code added);
   `critical_tokens` (every shape: output tokens on the critical path) sits beside `tokens`.
 - `structure`: coding - the team's module parses and defines the entry function (and `aux` for a
   team) with a return; writing - the writing reward's length score of the sections.
@@ -53,7 +55,7 @@ from agents.team.graph import Policy, requests_at_once
 from agents.team.outline import structure_compliance
 from agents.team.result import EpisodeResult
 from agents.team.sentences import embedding_model
-from learner.coding_reward import defines_with_return, parses
+from learner.coding_reward import defines_with_return, helper_alone_passes, parses
 from learner.config import BASE_VARIANT, SPLITS, WRITING_SETS, EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
@@ -101,6 +103,14 @@ def record_key(record: dict) -> tuple:
 # -- scoring one episode ---------------------------------------------------------------------
 
 
+def helper_alone(result: EpisodeResult) -> float | None:
+    """A coding team of a helper and an entry author: whether the helper's last `aux` alone
+    passes (`helper_alone_passes`); None for any other team or `single`."""
+    if [role.name for role in result.roles] != ["helper", "entry"]:
+        return None
+    return float(helper_alone_passes(result.task, result.final_steps()[0]["text"]))
+
+
 def episode_metrics(result: EpisodeResult, scored: Scored) -> dict:
     """A played episode's metrics (see the module docstring) from what it did and its score."""
     task, team = result.task, len(result.roles) > 1
@@ -128,6 +138,7 @@ def episode_metrics(result: EpisodeResult, scored: Scored) -> dict:
             ),
             "asserts_passed": passed,
             "asserts_total": total,
+            "helper_alone": helper_alone(result),
         }
     else:
         parts = [s["text"].strip() for s in result.final_steps()]

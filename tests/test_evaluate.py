@@ -710,12 +710,29 @@ def test_scores_follow_the_definitions(tmp_path):
     assert (metrics["helper_called"], metrics["role_violations"]) == (1.0, 0.0)
     assert metrics["critical_tokens"] == max(s["completion_tokens"] for s in team.steps)
     assert metrics["tokens"] == sum(s["completion_tokens"] for s in team.steps)
+    assert metrics["helper_alone"] == 1.0  # the helper's `aux` alone passes too
+
+    def team_of(helper_body, entry_body):
+        def reply(request):
+            helper = "only the helper function `aux`" in request.messages[0]["content"]
+            return helper_body if helper else entry_body
+
+        return ScriptedPolicy(reply)
+
+    # the entry author's own code breaks a right `aux`: the team fails where `aux` alone passes
+    _, metrics, _ = played(task, team_of(AUX_BODY, "    return not aux(numbers, threshold)\n```"))
+    assert (metrics["pass"], metrics["helper_called"], metrics["helper_alone"]) == (False, 1, 1)
+    # the entry author's own code passes where a wrong `aux` alone fails
+    own = AUX_BODY.replace("return any", "return bool(aux(numbers, threshold)) and any")
+    _, metrics, _ = played(task, team_of("    return True\n```", own))
+    assert (metrics["pass"], metrics["helper_alone"]) == (True, 0.0)
 
     _, metrics, _ = played(
         task, ScriptedPolicy(lambda r: "def has_close_elements(:"), shape="single"
     )
     assert (metrics["pass"], metrics["tests"], metrics["structure"]) == (False, 0.0, 0.0)
     assert metrics["consistency"] is None  # one agent has no teammate
+    assert metrics["helper_alone"] is None
 
     article = xsum_tasks()[0]
     words = " ".join(["council"] * 20) + "."
