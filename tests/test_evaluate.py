@@ -659,6 +659,7 @@ def test_coteam_eval_through_the_real_server(vllm_server, tmp_path, capsys):
         assert m["turns"]["mean"] == 1
     assert groups["single"]["metrics"]["tokens"]["mean"] <= 160
     assert 0 <= groups["parallel"]["metrics"]["consistency"]["mean"] <= 1
+    assert 0 <= groups["parallel"]["metrics"]["helper_alone"]["mean"] <= 1
     assert any(t["shape"] == "parallel" and t["baseline"] == "single" for t in results["tests"])
     report = (out / "report.md").read_text()
     assert "| parallel | 2 |" in report and "Welch" in report
