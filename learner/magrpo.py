@@ -180,8 +180,9 @@ class AgentPolicies:
 
         torch.manual_seed(self.config.seed)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = update_dtype(self.config.dtype, self.device == "cuda")
-        base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=dtype).to(self.device)
+        self.dtype = update_dtype(self.config.dtype, self.device == "cuda")
+        base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=self.dtype)
+        base = base.to(self.device)
         lora = LoraConfig(
             r=self.config.lora_rank,
             lora_alpha=self.config.lora_alpha,

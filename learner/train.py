@@ -225,6 +225,7 @@ def start_run(
         start_from = {agent: str(resume_from / f"agent{agent}") for agent in range(args.agents)}
     log.info("loading %s with %d LoRA adapters for training", base_model, args.agents)
     policies = AgentPolicies(str(base_model), args.agents, cfg, start_from)
+    log.info("the update: %s, the base model in %s", policies.device, policies.dtype)
     preference = _preference_model(args, db_path)
     weights, ratings = args.weights, {"ratings_learnt": 0}
     if preference is not None:  # how far the ratings are trusted: their weight in the reward
