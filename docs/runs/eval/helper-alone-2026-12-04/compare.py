@@ -18,7 +18,10 @@ def sign_p(a: int, b: int) -> float | None:
     return binomtest(a, a + b).pvalue if a + b else None
 
 
-records = [json.loads(line) for path in sys.argv[1:] for line in open(path)]
+records = []
+for path in sys.argv[1:]:
+    with open(path) as lines:
+        records += [json.loads(line) for line in lines]
 by_task = defaultdict(dict)
 for r in records:
     by_task[r["task"]][(r["shape"], r["variant"])] = r
@@ -30,15 +33,23 @@ for key in variants:
     alone = [bool(by_task[t][key]["helper_alone"]) for t in tasks]
     one = [bool(by_task[t][single]["pass"]) for t in tasks]
     n = len(tasks)
-    gained = sum(t and not a for t, a in zip(team, alone))
-    lost = sum(a and not t for t, a in zip(team, alone))
-    alone_up = sum(a and not s for a, s in zip(alone, one))
-    alone_down = sum(s and not a for a, s in zip(alone, one))
-    print(f"{key[1]} team, {n} problems: pass@1 team {sum(team) / n:.3f}, aux alone "
-          f"{sum(alone) / n:.3f}, single {sum(one) / n:.3f}")
-    print(f"  the entry author's own code: gained {gained}, lost {lost} (p = {sign_p(gained, lost)})")
-    print(f"  aux alone against single: {alone_up} / {alone_down} (p = {sign_p(alone_up, alone_down)})")
+    gained = sum(t and not a for t, a in zip(team, alone, strict=True))
+    lost = sum(a and not t for t, a in zip(team, alone, strict=True))
+    alone_up = sum(a and not s for a, s in zip(alone, one, strict=True))
+    alone_down = sum(s and not a for a, s in zip(alone, one, strict=True))
+    print(
+        f"{key[1]} team, {n} problems: pass@1 team {sum(team) / n:.3f}, aux alone "
+        f"{sum(alone) / n:.3f}, single {sum(one) / n:.3f}"
+    )
+    print(
+        f"  the entry author's own code: gained {gained}, lost {lost} (p = {sign_p(gained, lost)})"
+    )
+    print(
+        f"  aux alone against single: {alone_up} / {alone_down} (p = {sign_p(alone_up, alone_down)})"
+    )
     calls = statistics.mean(by_task[t][key]["helper_called"] for t in tasks)
     path = statistics.mean(by_task[t][key]["critical_tokens"] for t in tasks)
     path_single = statistics.mean(by_task[t][single]["critical_tokens"] for t in tasks)
-    print(f"  entry calls the helper {calls:.3f}; critical path {path:.1f} against {path_single:.1f}")
+    print(
+        f"  entry calls the helper {calls:.3f}; critical path {path:.1f} against {path_single:.1f}"
+    )
