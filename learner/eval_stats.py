@@ -300,8 +300,10 @@ def summarize(
 
     table = _group_table(groups, order, metrics, config)
     derived = {"time_vs_single", "word_time_vs_single"}  # from the groups, not of each record
-    constant = [m for m in metrics if m not in derived and len({r.get(m) for r in records}) == 1]
-    tested = [m for m in metrics if m not in constant]  # e.g. turns with a turn limit of 1: none
+    # a metric no episode has (a journal from before it was measured) is neither tested nor listed
+    measured = [m for m in metrics if m in derived or any(r.get(m) is not None for r in records)]
+    constant = [m for m in measured if m not in derived and len({r.get(m) for r in records}) == 1]
+    tested = [m for m in measured if m not in constant]  # e.g. turns with a turn limit of 1: none
     tests = _tests(groups, _comparisons(config), tested)
     fits = _fits(records, groups, order)
     return _clean(
