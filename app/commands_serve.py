@@ -160,7 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if report.error:
             print(f"error: {report.error}")
         print(f"{report.passed} of {report.total} tests passed ({entry_point})")
-    return 0 if report.total and report.passed == report.total else 1
+    return 0 if report.all_passed else 1
 
 
 def _entry_point(code: str, tests: str) -> str:

@@ -128,7 +128,7 @@ def episode_metrics(result: EpisodeResult, scored: Scored) -> dict:
         passed, total = (report.passed, report.total) if report else (0, 0)
         needed = [task.entry_point] + (["aux"] if team else [])
         metrics |= {
-            "pass": total > 0 and passed == total,
+            "pass": report is not None and report.all_passed,
             "tests": report.fraction if report else 0.0,
             "consistency": reward["coordination"] if team else None,
             "helper_called": reward["helper_called"] if team else None,

@@ -65,6 +65,11 @@ class TestReport:
     def fraction(self) -> float:
         return self.passed / self.total if self.total else 0.0
 
+    @property
+    def all_passed(self) -> bool:
+        """Every counted test passed (pass@1's criterion); False when there were none."""
+        return self.total > 0 and self.passed == self.total
+
     def to_dict(self) -> dict:
         """Plain data for JSON (`coteam check --json`)."""
         return {
