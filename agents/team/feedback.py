@@ -85,7 +85,7 @@ def sandbox_check(code: str, task: Task) -> CodeCheck:
     messages = [report.error] if report.error else []
     messages += [f"{r.source.splitlines()[-1]} -> {r.message}" for r in failed]
     return CodeCheck(
-        passed=report.total > 0 and not failed,
+        passed=report.all_passed,
         tests_run=True,
         tests_passed=report.passed,
         tests_total=report.total,
