@@ -388,7 +388,7 @@ def test_run_tests_stops_after_three_timeouts_and_bounds_a_hanging_program():
     tests = "def check(candidate):\n" + "    assert candidate(1) == 1\n" * 5
     report = run_tests("def f(x):\n    while True:\n        pass\n", tests, "f", timeout=0.5)
     assert (report.passed, report.total, report.timeouts) == (0, 5, 3)
-    assert report.results[4].message == "3 asserts timed out"
+    assert report.results[4].message == "3 tests timed out"
     report = run_tests("while True:\n    pass\n", tests, "f", timeout=0.5)
     assert report.error == "loading the program took more than 0.5s"
     assert report.passed == 0

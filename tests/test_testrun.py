@@ -478,9 +478,10 @@ def test_compared_forms_keep_pythons_meaning():
             return (x, 2 * x)
         """
     )
-    _, _, steps = plan_tests(tests, "pair")
     in_python = []
-    for _, source in steps:  # the same asserts run here, on a program we wrote
+    for _, _, source in plan_tests(
+        tests, "pair"
+    ).steps:  # the same asserts run here, on a program we wrote
         namespace: dict = {}
         exec(program + "\nf = pair\n", namespace)
         try:
@@ -545,7 +546,13 @@ def test_every_line_read_back_from_the_judge_is_validated():
         output_truncated=False,
         layers=[],
     )
-    report = _report(run, run, ["a", "b", "c"])
-    assert [r.passed for r in report.results] == [True, True, False]
+    report = _report(run, run, ["a", "b", "c"])  # one line it would not write fails the run
+    assert [r.passed for r in report.results] == [False, False, False]
     assert report.rejected_lines == 8
+    assert report.error.startswith("the judge's results were not its own: 8 line(s)")
+    clean = replace(run, stdout="\n".join(lines[:2]))
+    report = _report(clean, run, ["a", "b", "c"])
+    assert [r.passed for r in report.results] == [True, True, False]
     assert report.error == "the program ended before every test ran"
+    broken = replace(clean, stdout=clean.stdout + '\n{"broken": "x = f() failed"}')
+    assert _report(broken, run, ["a", "b", "c"]).passed == 0

@@ -18,7 +18,9 @@ nothing the program prints or does can decide its score or raise here.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
+import keyword
 import os
 import threading
 from dataclasses import dataclass, field
@@ -86,21 +88,51 @@ class TestReport:
 def split_check(
     test_code: str, entry_point: str | None = None
 ) -> tuple[str, list[tuple[str, bool]]]:
-    """Split test code into module-level set-up and test statements, in order.
+    """The tests' set-up and their statements in order, each with whether it counts as a test
+    (see `plan_tests` for the rule); the test functions and test methods they hold are not
+    listed here."""
+    plan = plan_tests(test_code, entry_point)
+    return plan.setup, [
+        (payload, unit is not None) for unit, kind, payload in plan.steps if kind == "run"
+    ]
 
-    HumanEval form (a `def check(candidate)`): the set-up is the code around `check`, the
-    statements are those of its body. Plain form (top-level asserts that call `entry_point` by
-    name): no set-up, the statements are the module's. Returns (setup, [(source, counts)]): a
-    statement counts as a test when it holds an assert that uses the candidate (or `entry_point`);
-    the others (imports, variables, `assert True`) only prepare.
+
+@dataclass
+class TestPlan:
+    """What the judge runs: the set-up, the name the tests give the entry point, and the steps in
+    order as [unit number or None, kind, payload], where kind is "run" (a statement), "call" (a
+    pytest-style test function's name) or "unittest" ("Class.method"); `units` shows each counted
+    test; `bind` names the functions the tests call that they do not define (the program's)."""
+
+    __test__ = False  # not a pytest class
+
+    setup: str
+    candidate: str
+    steps: list[list]
+    units: list[str]
+    bind: list[str]
+
+
+def plan_tests(test_code: str, entry_point: str | None = None) -> TestPlan:
+    """Split test code into set-up and counted tests, in the forms people write them.
+
+    - HumanEval's `def check(candidate)`: the module's other statements are the set-up (a
+      top-level call of `check` is left out: the judge runs its body); each statement of its
+      body is a step.
+    - Plain asserts at the top level (the entry point named): each top-level statement is a step.
+    - pytest-style functions: each top-level `def test_*()` without required parameters is one
+      test, called after the module's statements.
+    - unittest: each `test*` method of each top-level `unittest.TestCase` class is one test, run
+      by the judge's own unittest (setUp and tearDown included).
+
+    A step counts as a test when it holds an assert that is not a constant (`assert True` never
+    fails) or is a call on its own (`expect(candidate(1), 2)`), and it reaches the program: it
+    names the candidate, the entry point, a function the tests call but do not define, or a name
+    the tests bound from one of these (`result = candidate(5)`, a helper that calls it). Every
+    other step prepares (an import, an assignment, a definition, `assert len(xs) == 3`); one that
+    raises fails the whole run. Raises ValueError
+    when the tests do not parse or hold no test.
     """
-    setup, candidate, statements = _parse_tests(test_code, entry_point)
-    return setup, [(ast.unparse(s), counts) for s, counts in statements]
-
-
-def _parse_tests(
-    test_code: str, entry_point: str | None
-) -> tuple[str, str, list[tuple[ast.stmt, bool]]]:
     try:
         tree = parse(test_code)
     except SyntaxError as e:
@@ -110,33 +142,143 @@ def _parse_tests(
     )
     if check is not None and check.args.args:
         candidate = check.args.args[0].arg
-        setup = ast.unparse([n for n in tree.body if n is not check])
-        body = check.body
+        setup = ast.unparse([n for n in tree.body if n is not check and not _calls_check(n)])
+        body, module = check.body, []
     elif entry_point:
-        candidate, setup, body = entry_point, "", tree.body
+        candidate, setup, body, module = entry_point, "", tree.body, tree.body
     else:
         raise ValueError("the tests have no `def check(candidate)` and no entry point was named")
-    statements = []
+    bind = sorted(_free_names(tree) - {candidate})
+    program = _reaching(body, {candidate, entry_point or candidate, *bind})
+    steps: list[list] = []
+    units: list[str] = []
+
+    def add(counts: bool, kind: str, payload: str, shown: str) -> None:
+        steps.append([len(units) if counts else None, kind, payload])
+        if counts:
+            units.append(shown)
+
     for statement in body:
-        has_assert = any(isinstance(n, ast.Assert) for n in ast.walk(statement))
-        statements.append((statement, has_assert and _uses(statement, candidate)))
-    return setup, candidate, statements
+        if isinstance(statement, ast.ClassDef | ast.FunctionDef) and statement in module:
+            add(False, "run", ast.unparse(statement), "")  # defined here, run below
+            continue
+        source = ast.unparse(statement)
+        add(_counts(statement) and _names(statement) & program, "run", source, source)
+    for node in module:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and _no_params(node):
+            add(True, "call", node.name, f"{node.name}()")
+        elif isinstance(node, ast.ClassDef) and _is_test_case(node):
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.name.startswith("test"):
+                    add(
+                        True, "unittest", f"{node.name}.{method.name}", f"{node.name}.{method.name}"
+                    )
+    if not units:
+        raise ValueError(
+            "the tests hold no test: asserts, a `def check(candidate)`, `def test_*()` functions "
+            "or unittest.TestCase classes"
+        )
+    return TestPlan(setup, candidate, steps, units, bind)
 
 
-def _uses(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def plan_tests(test_code: str, entry_point: str | None = None) -> tuple[str, str, list[list]]:
-    """The set-up, the candidate's name in the tests, and the statements in order as
-    [unit number or None, source]: a number for each counted test, None for one that only
-    prepares."""
-    setup, candidate, statements = _parse_tests(test_code, entry_point)
-    steps, unit = [], 0
-    for statement, counts in statements:
-        steps.append([unit if counts else None, ast.unparse(statement)])
-        unit += counts
-    return setup, candidate, steps
+def _reaching(statements: list[ast.stmt], program: set[str]) -> set[str]:
+    """`program` and every name the statements bind from it, to a fixed point: a variable
+    assigned from the candidate's answer, a helper whose body calls it, and so on."""
+    reached = set(program)
+    while True:
+        grown = set(reached)
+        for statement in statements:
+            if _names(statement) & grown:
+                grown |= defined_names(statement)
+        if grown == reached:
+            return reached
+        reached = grown
+
+
+def _calls_check(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "check"
+    )
+
+
+def _counts(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Expr):
+        return isinstance(statement.value, ast.Call)
+    return any(
+        isinstance(n, ast.Assert) and not isinstance(n.test, ast.Constant)
+        for n in ast.walk(statement)
+    )
+
+
+def _no_params(function: ast.FunctionDef) -> bool:
+    args = function.args
+    return not (
+        args.posonlyargs
+        or args.args[: len(args.args) - len(args.defaults)]
+        or any(d is None for d in args.kw_defaults)
+    )
+
+
+def _is_test_case(node: ast.ClassDef) -> bool:
+    return any(ast.unparse(base) in ("TestCase", "unittest.TestCase") for base in node.bases)
+
+
+def defined_names(tree: ast.AST) -> set[str]:
+    """Every name the code binds anywhere: assignments, definitions, imports, parameters."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+    return names
+
+
+def _free_names(tree: ast.AST) -> set[str]:
+    """The names the code reads but never binds, builtins left out: functions of the program."""
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return used - defined_names(tree) - set(dir(builtins))
+
+
+def check_entry_point(entry_point: str, test_code: str, given: str = "") -> None:
+    """ValueError unless `entry_point` can name the program's function under test: an identifier
+    that is neither a builtin nor a name the tests or the task's given code define (the judge
+    binds it to the program, and must never re-bind the tests' own helpers or builtins)."""
+    if not entry_point.isidentifier() or keyword.iskeyword(entry_point):
+        raise ValueError(f"the entry point {entry_point!r} is not a Python name")
+    if entry_point in dir(builtins):
+        raise ValueError(f"the entry point {entry_point!r} is a builtin's name")
+    for what, code in (("tests", test_code), ("given code", given)):
+        try:
+            tree = parse(code)
+        except SyntaxError as e:
+            raise ValueError(f"the {what} do not parse: {e}") from e
+        if check_def := next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.FunctionDef) and n.name == "check" and n.args.args
+            ),
+            None,
+        ):
+            tree = ast.Module([n for n in tree.body if n is not check_def], [])
+        if entry_point in defined_names(tree):
+            raise ValueError(f"the entry point {entry_point!r} is a name the {what} define")
 
 
 def run_tests(
@@ -155,10 +297,12 @@ def run_tests(
     counted test (see `split_check`) gets `timeout` seconds; after `max_timeouts` timeouts the
     rest count as failed (as in MAGRPO). Both processes run with `limits`, by default enough wall
     time for every timeout. Raises ValueError when the tests do not parse; never for anything the
-    program does.
+    program does. Raises ValueError as well for an entry point that is a builtin's name or one
+    the tests or `given` define (see `check_entry_point`).
     """
-    setup, candidate, steps = plan_tests(test_code, entry_point)
-    units = [source for unit, source in steps if unit is not None]
+    check_entry_point(entry_point, test_code, given)
+    plan = plan_tests(test_code, entry_point)
+    units = plan.units
     if limits is None:
         budget = timeout * (max_timeouts + 1) + STARTUP_S
         limits = Limits(wall_seconds=budget, cpu_seconds=int(budget) + 1)
@@ -190,10 +334,11 @@ def run_tests(
 
     judge_job = {
         "given": given,
-        "setup": setup,
-        "steps": steps,
+        "setup": plan.setup,
+        "steps": plan.steps,
+        "bind": sorted(set(plan.bind) - defined_names(parse(given))),
         "entry_point": entry_point,
-        "candidate": candidate,
+        "candidate": plan.candidate,
         "per_test": timeout,
         "load_seconds": timeout + STARTUP_S,
         "max_timeouts": max_timeouts,
@@ -229,14 +374,16 @@ def _report(
     units: list[str],
 ) -> TestReport:
     """The judge's lines, validated, as a report; the reason the program's run was stopped, when a
-    limit stopped it, as its error. A sandbox that failed fails every test, saying why."""
+    limit stopped it, as its error. A sandbox that failed fails every test, saying why; so does a
+    line the judge would not write (malformed, unknown, a second verdict for a test) and a
+    statement outside the counted tests that failed (`broken`)."""
     for failure in (judged, program_run):
         if isinstance(failure, SandboxError):
             results = [AssertResult(source, False, str(failure)) for source in units]
             return TestReport(0, len(units), results, 0, str(failure))
     outcomes: dict[int, AssertResult] = {}
     rejected = 0
-    error = ""
+    error = broken = ""
     for line in judged.stdout.splitlines():
         try:
             if len(line) > MAX_LINE_CHARS:
@@ -246,8 +393,11 @@ def _report(
             rejected += 1
             continue
         fields = set(record) if isinstance(record, dict) else set()
-        if fields in ({"load_error"}, {"stopped"}) and isinstance(next(iter(record.values())), str):
-            error = error or next(iter(record.values()))[:500]
+        text = next(iter(record.values())) if len(fields) == 1 else None
+        if fields in ({"load_error"}, {"stopped"}) and isinstance(text, str):
+            error = error or text[:500]
+        elif fields == {"broken"} and isinstance(text, str):
+            broken = broken or text[:500]
         elif (
             fields == {"unit", "passed", "message"}
             and type(record["unit"]) is int
@@ -260,6 +410,14 @@ def _report(
             outcomes[unit] = AssertResult(units[unit], record["passed"], record["message"][:500])
         else:
             rejected += 1
+    if rejected:
+        broken = (
+            f"the judge's results were not its own: {rejected} line(s) malformed, unknown or a "
+            "second verdict for a test; every test fails"
+        )
+    if broken:
+        results = [AssertResult(source, False, broken) for source in units]
+        return TestReport(0, len(units), results, 0, broken, program_run, rejected)
     if program_run.limit is not None:
         error = error or f"the program {program_run.reason}"
     if not error and judged.limit is not None:

@@ -7,7 +7,11 @@ and writes on the answers pipe, one JSON line each:
 - `{"ready": [names]}`: the program loaded; the names of its top-level callables;
   or `{"load_error": [type, message]}`;
 - for each request `{"seq", "name", "args", "kwargs"}` read from the requests pipe:
-  `{"seq": n, "value": ENCODED}` or `{"seq": n, "raised": [type, message]}`.
+  `{"seq": n, "value": ENCODED, "changed": [[where, ENCODED], ...], "same": where}` or
+  `{"seq": n, "raised": [type, message, builtin base]}`. `changed` holds the arguments the call
+  changed in place, as they are after it (`where` is a position, or a keyword's name), so that
+  the judge applies the changes to its own arguments; `same` names the argument the call returned
+  itself (or is null), so that `is` in the tests keeps its meaning.
 
 Nothing here is trusted: the program can rewrite any of it or write its own lines. What it
 answers is only its answer to a call; the judge holds the tests, checks the values with its own
@@ -18,6 +22,7 @@ code and decides every result (agents/judge/harness/judge.py).
 # file's text after codec.py's
 # ruff: noqa: F821
 
+import builtins
 import io
 import json
 import os
@@ -36,7 +41,19 @@ def on_alarm(signum, frame):
 
 
 def describe(e):
-    return [type(e).__name__[:60], str(e)[:MAX_MESSAGE]]
+    """[its class's name, its message, the nearest builtin exception class it derives from]."""
+    base = next(
+        (c.__name__ for c in type(e).__mro__ if getattr(builtins, c.__name__, None) is c),
+        "BaseException",
+    )
+    return [type(e).__name__[:60], str(e)[:MAX_MESSAGE], base]
+
+
+def encoded_or_none(value):
+    try:
+        return encode(value)
+    except NotPlain:
+        return None
 
 
 def serve():
@@ -84,10 +101,19 @@ def serve():
             send({"seq": None, "raised": describe(e)})
             continue
         try:
+            arguments = list(enumerate(args)) + list(kwargs.items())
             signal.setitimer(signal.ITIMER_REAL, per_call)
             value = function(*args, **kwargs)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            send({"seq": seq, "value": encode(value)})
+            changed = []
+            sent_arguments = request["args"] + [v for _, v in request["kwargs"]]
+            for (where, argument), sent in zip(arguments, sent_arguments, strict=True):
+                now = encoded_or_none(argument)
+                if now is not None and now != sent:
+                    changed.append([where, now])
+            same = next((where for where, argument in arguments if argument is value), None)
+            record = {"seq": seq, "value": encode(value), "changed": changed, "same": same}
+            send(record)
         except Timeout:
             send({"seq": seq, "raised": ["Timeout", f"the call took more than {per_call:g}s"]})
         except BaseException as e:

@@ -2,14 +2,15 @@
 and agents/judge/harness/candidate.py, each of which starts with this file's text).
 
 A value crosses as tagged JSON, `[tag, payload]`, with exact types only: None, bool, int, float,
-complex, str, bytes, and lists, tuples, sets, frozensets and dicts of them, at most `MAX_DEPTH`
-deep and `MAX_NODES` items in all. A subclass, a generator, a lying object or a recursive or
+complex, str, bytes, range, and lists, tuples, sets, frozensets and dicts of them, at most
+`MAX_DEPTH` deep and `MAX_NODES` items in all (a list of ints crosses as one string of hex
+numbers, so a million of them fit in a message). A subclass, a generator, a lying object or a recursive or
 oversized structure is not plain and never crosses: `encode` and `decode` raise NotPlain.
 """
 
 MAX_DEPTH = 50
-MAX_NODES = 200_000
-MAX_MESSAGE_CHARS = 4_000_000  # one line on the pipe
+MAX_NODES = 1_000_000
+MAX_MESSAGE_CHARS = 16_000_000  # one line on the pipe
 
 _SEQUENCE_TAGS = {list: "l", tuple: "t", set: "S", frozenset: "F"}
 _SEQUENCE_TYPES = {tag: kind for kind, tag in _SEQUENCE_TAGS.items()}
@@ -44,6 +45,13 @@ def encode(value):
             return ["s", value]
         if kind is bytes:
             return ["y", value.hex()]
+        if kind is range:
+            return ["r", [hex(value.start), hex(value.stop), hex(value.step)]]
+        if kind is list and value and all(type(item) is int for item in value):
+            budget[0] -= len(value)
+            if budget[0] < 0:
+                raise NotPlain(f"more than {MAX_NODES} items")
+            return ["I", ",".join(hex(item) for item in value)]
         if kind in _SEQUENCE_TAGS:
             return [_SEQUENCE_TAGS[kind], [walk(item, depth + 1) for item in value]]
         if kind is dict:
@@ -79,6 +87,16 @@ def decode(encoded):
                 return payload
             if tag == "y" and type(payload) is str:
                 return bytes.fromhex(payload)
+            if tag == "r" and type(payload) is list and len(payload) == 3:
+                if not all(type(part) is str for part in payload):
+                    raise NotPlain("a range's bounds are not numbers")
+                return range(*(int(part, 16) for part in payload))
+            if tag == "I" and type(payload) is str and payload:
+                items = payload.split(",")
+                budget[0] -= len(items)
+                if budget[0] < 0:
+                    raise NotPlain("too large or too deep")
+                return [int(item, 16) for item in items]
             if tag in _SEQUENCE_TYPES and type(payload) is list:
                 return _SEQUENCE_TYPES[tag](walk(item, depth + 1) for item in payload)
             if tag == "d" and type(payload) is list:

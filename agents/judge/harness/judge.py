@@ -26,6 +26,7 @@ import operator
 import os
 import signal
 import sys
+import unittest
 
 MAX_SHOWN = 200  # characters of a value shown in a failure message
 MESSAGE_CHARS = 500
@@ -65,14 +66,42 @@ def on_alarm(signum, frame):
     raise Timeout()
 
 
-def program_exception(name, message):
-    """The program's exception rebuilt here: the builtin of that name (so that a test may catch a
-    ValueError), else a ProgramError that names it. Only its name and a bounded message cross."""
-    name, message = _bounded(name)[:60], _bounded(message)
-    found = getattr(builtins, name, None) if name.isidentifier() else None
+# exceptions that steer control flow: rebuilt here, a program's StopIteration would end the tests'
+# map() or zip() early, its SystemExit or KeyboardInterrupt would stop the judge
+CONTROL_FLOW = {
+    "StopIteration",
+    "StopAsyncIteration",
+    "GeneratorExit",
+    "KeyboardInterrupt",
+    "SystemExit",
+    "BaseException",
+}
+_program_classes = {}
+
+
+def program_exception(name, message, base="Exception"):
+    """The program's exception rebuilt here, by identity: its builtin class when it raised one (so
+    that a test may catch a ValueError), else a class of its name that derives from the builtin
+    it derives from (so that `except ValueError` catches its subclass), else a ProgramError that
+    names it. Only its name, a bounded message and its base's name cross; an exception that
+    steers control flow is never rebuilt."""
+    name, message, base = _bounded(name)[:60], _bounded(message), _bounded(base)[:60]
+    found = getattr(builtins, base, None) if base.isidentifier() else None
+    if base in CONTROL_FLOW or name in CONTROL_FLOW:
+        return ProgramError(
+            f"{name}: {message} (a {base} from the program is not raised in the tests: it would "
+            "steer their control flow)"
+        )
     if isinstance(found, type) and issubclass(found, Exception):
+        kind = found
+        if name != base and name.isidentifier():
+            kind = _program_classes.get((name, base))
+            if kind is None:
+                kind = _program_classes[name, base] = type(
+                    name, (found,), {"__module__": "program"}
+                )
         try:
-            return found(message)
+            return kind(message)
         except Exception:  # needs other arguments (UnicodeDecodeError)
             pass
     return ProgramError(f"{name}: {message}" if message else name)
@@ -121,6 +150,8 @@ class Program:
                 raise ProgramError(f"{name}: {message}" if message else name)
 
     def call(self, name, args, kwargs):
+        """The program's answer to name(*args, **kwargs); what the call changed in the arguments
+        is applied to them here, and an argument the program returned is returned itself."""
         try:
             encoded_args = [encode(a) for a in args]
             encoded_kwargs = [[k, encode(v)] for k, v in kwargs.items()]
@@ -140,18 +171,45 @@ class Program:
             record = self.read()
             if record.get("seq") != self.seq or type(record.get("seq")) is not int:
                 continue  # an answer to an earlier call that timed out here, or a stray line
-            if set(record) == {"seq", "value"}:
+            if set(record) == {"seq", "value", "changed", "same"}:
                 try:
-                    return decode(record["value"])
+                    value = decode(record["value"])
+                    self.apply_changes(args, kwargs, record["changed"])
                 except NotPlain as e:
                     raise TypeError(
                         f"{name}() returned something that is not plain data ({e})"
                     ) from None
+                arguments = dict(enumerate(args)) | kwargs
+                same = record["same"]
+                if type(same) in (int, str) and same in arguments:
+                    return arguments[same]
+                return value
             raised = record.get("raised")
-            if set(record) == {"seq", "raised"} and type(raised) is list and len(raised) == 2:
+            if set(record) == {"seq", "raised"} and type(raised) is list and len(raised) == 3:
                 if raised[0] == "Timeout":
                     raise Timeout()
-                raise program_exception(raised[0], raised[1])
+                raise program_exception(*raised)
+
+    @staticmethod
+    def apply_changes(args, kwargs, changed):
+        """Apply the program's in-place changes to the tests' own arguments: a list, dict, set or
+        bytearray takes the contents it has after the call (nested objects as rebuilt copies);
+        a claim about an argument that cannot change is ignored."""
+        if type(changed) is not list:
+            raise NotPlain("the changed arguments are not a list")
+        arguments = dict(enumerate(args)) | kwargs
+        for entry in changed:
+            if not (type(entry) is list and len(entry) == 2 and type(entry[0]) in (int, str)):
+                raise NotPlain("a changed argument is not a [where, value] pair")
+            where, now = entry[0], decode(entry[1])
+            argument = arguments.get(where)
+            if type(argument) is not type(now) or type(argument) not in (list, dict, set):
+                continue
+            if type(argument) is list:
+                argument[:] = now
+            else:
+                argument.clear()
+                argument.update(now)
 
 
 def _bounded(text):
@@ -159,9 +217,136 @@ def _bounded(text):
     return "".join(c if c.isprintable() else " " for c in text)[:300]
 
 
+# (module, name) pairs an unpickler may look up here: plain types only, never a callable that
+# runs code (a pickle's __reduce__ would call builtins.eval, os.system, ...)
+PICKLE_SAFE = {
+    *(
+        ("builtins", n)
+        for n in (
+            "set",
+            "frozenset",
+            "complex",
+            "bytearray",
+            "range",
+            "slice",
+            "list",
+            "dict",
+            "tuple",
+            "int",
+            "float",
+            "str",
+            "bytes",
+            "bool",
+        )
+    ),
+    *(("__builtin__", n) for n in ("set", "frozenset", "complex", "bytearray", "list", "dict")),
+    *(("collections", n) for n in ("OrderedDict", "deque", "Counter", "defaultdict")),
+    *(("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")),
+    ("decimal", "Decimal"),
+    ("fractions", "Fraction"),
+    ("_codecs", "encode"),
+    ("copyreg", "_reconstructor"),
+}
+
+
+class Guard:
+    """Text from the program never becomes code in this process.
+
+    Every str and bytes the program answered is noted. An audit hook then refuses, for the rest
+    of the run, to compile source that holds any of it (`eval`, `exec`, `compile`, `ast.parse`),
+    to unpickle anything but plain types, to load marshalled code or to build code objects;
+    `eval` of the program's text is evaluated as a literal (`ast.literal_eval`: no code runs),
+    which is all an honest `eval(candidate(x)) == x` needs. The judge compiles its own test code
+    before the program starts, so nothing it runs later is compiled from the program's text."""
+
+    def __init__(self):
+        self.texts = set()
+        self.literal = False
+        self.real_eval = builtins.eval
+
+    def note(self, value, depth=0):
+        kind = type(value)
+        if kind is str and value:
+            self.texts.add(value.encode("utf-8", "surrogatepass"))
+        elif kind is bytes and value:
+            self.texts.add(value)
+        elif kind in (list, tuple, set, frozenset) and depth < 60:
+            for item in value:
+                self.note(item, depth + 1)
+        elif kind is dict and depth < 60:
+            for key, item in value.items():
+                self.note(key, depth + 1)
+                self.note(item, depth + 1)
+
+    def from_program(self, source):
+        if isinstance(source, str):
+            source = source.encode("utf-8", "surrogatepass")
+        elif not isinstance(source, (bytes, bytearray, memoryview)):
+            return False
+        source = bytes(source)
+        return any(text in source for text in self.texts)
+
+    def hook(self, event, args):
+        if event == "compile":
+            if self.literal or _installed_source(args[1]):
+                return
+            if self.from_program(args[0]):
+                raise PermissionError("the judge does not compile text the program returned")
+        elif event == "pickle.find_class":
+            if (args[0], args[1]) not in PICKLE_SAFE:
+                raise PermissionError(
+                    f"the judge unpickles plain types only, not {args[0]}.{args[1]}"[:200]
+                )
+        elif event == "marshal.loads":  # imports load their .pyc files so too
+            data = bytes(args[0]) if isinstance(args[0], bytes | bytearray) else b""
+            if data in self.texts or any(t in data for t in self.texts if len(t) >= 16):
+                raise PermissionError("the judge does not load code the program returned")
+        elif event == "code.__new__":
+            raise PermissionError("the judge does not build code objects while it judges")
+
+    def eval(self, source, globals=None, locals=None):
+        """builtins.eval here: the program's text as a literal, anything else as Python does."""
+        if isinstance(source, (str, bytes)) and self.from_program(source):
+            text = source if isinstance(source, str) else source.decode("utf-8")
+            self.literal = True
+            try:
+                return ast.literal_eval(text.strip(" \t"))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                raise PermissionError(
+                    "the program's text is evaluated here only as a literal"
+                ) from None
+            finally:
+                self.literal = False
+        if globals is None:
+            caller = sys._getframe(1)
+            globals, locals = caller.f_globals, caller.f_locals if locals is None else locals
+        return self.real_eval(source, globals, locals)
+
+    def install(self):
+        sys.addaudithook(self.hook)
+        builtins.eval = self.eval
+
+
+guard = Guard()
+
+
+def _installed_source(filename):
+    """A module of this interpreter's own library, compiled as it is imported."""
+    return (
+        isinstance(filename, str)
+        and filename.startswith(sys.base_prefix + "/")
+        and filename.endswith(".py")
+        and os.path.isfile(filename)
+    )
+
+
 def remote(program, name):
     def call(*args, **kwargs):
-        return program.call(name, args, kwargs)
+        value = program.call(name, args, kwargs)
+        guard.note(value)
+        for argument in [*args, *kwargs.values()]:
+            guard.note(argument)  # what the program wrote into it
+        return value
 
     call.__name__ = call.__qualname__ = name
     return call
@@ -172,9 +357,13 @@ def shown(value):
     return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…"
 
 
-def run_statement(source, ns):
-    """Run one test statement here. `assert A OP B` is evaluated side by side so that a failure
-    can say what the program's side was; anything else runs as written."""
+def _expression(node):
+    return compile(ast.fix_missing_locations(ast.Expression(node)), "test.py", "eval")
+
+
+def prepare(source):
+    """One test statement compiled before the program starts: `assert A OP B` as its three parts,
+    so that a failure can say what the program's side was; anything else as a whole."""
     tree = ast.parse(source)
     node = tree.body[0] if len(tree.body) == 1 else None
     if (
@@ -183,27 +372,61 @@ def run_statement(source, ns):
         and len(node.test.ops) == 1
         and type(node.test.ops[0]) in _OPERATORS
     ):
-        left = _evaluate(node.test.left, ns)
-        right = _evaluate(node.test.comparators[0], ns)
-        if _OPERATORS[type(node.test.ops[0])](left, right):
-            return
-        message = _evaluate(node.msg, ns) if node.msg is not None else None
-        why = f"AssertionError: {message}" if message is not None else "assertion failed"
-        raise Failed(f"{why} (got {shown(left)})")
-    exec(compile(tree, "test.py", "exec"), ns)
+        return (
+            "compare",
+            _expression(node.test.left),
+            _OPERATORS[type(node.test.ops[0])],
+            _expression(node.test.comparators[0]),
+            _expression(node.msg) if node.msg is not None else None,
+        )
+    return ("exec", compile(tree, "test.py", "exec"))
 
 
-def _evaluate(expression, ns):
-    return eval(
-        compile(ast.fix_missing_locations(ast.Expression(expression)), "test.py", "eval"), ns
-    )
+def run_step(kind, compiled, ns):
+    """Run one prepared step: a statement, a pytest-style test function, or a unittest test."""
+    if kind == "call":
+        ns[compiled]()
+        return
+    if kind == "unittest":
+        run_unittest(ns, *compiled.split("."))
+        return
+    if compiled[0] == "exec":
+        exec(compiled[1], ns)
+        return
+    _, left_code, operator_, right_code, message_code = compiled
+    left = eval(left_code, ns)
+    right = eval(right_code, ns)
+    if operator_(left, right):
+        return
+    message = eval(message_code, ns) if message_code is not None else None
+    why = f"AssertionError: {message}" if message is not None else "assertion failed"
+    raise Failed(f"{why} (got {shown(left)})")
 
 
-def judge_step(source, ns, per_test):
-    """(passed, message, whether it timed out) for one statement."""
+def run_unittest(ns, class_name, method):
+    """One test method of a unittest.TestCase class, run by this judge's own unittest."""
+
+    class Result(unittest.TestResult):
+        def addError(self, test, err):
+            if issubclass(err[0], Timeout):
+                raise Timeout()
+            super().addError(test, err)
+
+    result = Result()
+    ns[class_name](method).run(result)
+    problems = [text for _, text in result.errors + result.failures]
+    problems += ["unexpected success"] * len(result.unexpectedSuccesses)
+    if problems:
+        raise Failed(problems[0].strip().splitlines()[-1])
+    if result.testsRun != 1:
+        raise Failed("the test did not run")
+
+
+def judge_step(kind, compiled, ns, per_test):
+    """(passed, message, whether it timed out) for one step."""
     signal.setitimer(signal.ITIMER_REAL, per_test)
     try:
-        run_statement(source, ns)
+        run_step(kind, compiled, ns)
         return True, "", False
     except Timeout:
         return False, f"timed out after {per_test:g}s", True
@@ -218,15 +441,6 @@ def judge_step(source, ns, per_test):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def used_names(sources):
-    names = set()
-    for source in sources:
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Name):
-                names.add(node.id)
-    return names
-
-
 def main():
     job = json.loads(sys.stdin.read())
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -238,6 +452,14 @@ def main():
         out.write(json.dumps(record) + "\n")
         out.flush()
 
+    # everything of the tests is compiled before the program's first answer
+    given = compile(job["given"], "given.py", "exec")
+    setup = compile(job["setup"], "test.py", "exec")
+    steps = [
+        (unit, kind, prepare(payload) if kind == "run" else payload)
+        for unit, kind, payload in job["steps"]
+    ]
+    guard.install()
     signal.signal(signal.SIGALRM, on_alarm)
     program = Program(job["requests_fd"], job["answers_fd"])
     signal.setitimer(signal.ITIMER_REAL, job["load_seconds"])
@@ -256,15 +478,14 @@ def main():
         report({"load_error": f"the program does not define {entry_point}()"})
         return
     ns = {"__name__": "tests"}
-    sources = [job["given"], job["setup"]] + [source for _, source in job["steps"]]
     try:
-        exec(compile(job["given"], "given.py", "exec"), ns)
-        used = used_names(sources)
-        for name in sorted((used & names) - set(ns) - set(dir(builtins))):
-            ns[name] = remote(program, name)  # another function of the program the tests call
+        exec(given, ns)
+        for name in job["bind"]:  # another function of the program the tests call
+            if name in names and name not in ns:
+                ns[name] = remote(program, name)
         ns[entry_point] = ns[job["candidate"]] = remote(program, entry_point)
         signal.setitimer(signal.ITIMER_REAL, job["per_test"])
-        exec(compile(job["setup"], "test.py", "exec"), ns)
+        exec(setup, ns)
     except BaseException as e:
         report({"load_error": f"the tests' set-up failed: {type(e).__name__}: {e}"[:MESSAGE_CHARS]})
         return
@@ -272,14 +493,23 @@ def main():
         signal.setitimer(signal.ITIMER_REAL, 0)
     ns[entry_point] = ns[job["candidate"]] = remote(program, entry_point)
     timeouts = 0
-    for unit, source in job["steps"]:
-        passed, message, timed_out = judge_step(source, ns, job["per_test"])
+    for unit, kind, compiled in steps:
+        passed, message, timed_out = judge_step(kind, compiled, ns, job["per_test"])
         sys.stdout = io.StringIO()
         timeouts += timed_out
-        if unit is not None:  # a statement that only prepares is not a test
+        if unit is not None:
             report({"unit": unit, "passed": passed, "message": message[:MESSAGE_CHARS]})
+        elif not passed:  # a statement that prepares failed: the run fails, never silently
+            report(
+                {
+                    "broken": f"a statement outside the counted tests failed: {message}"[
+                        :MESSAGE_CHARS
+                    ]
+                }
+            )
+            return
         if timeouts >= job["max_timeouts"]:
-            report({"stopped": f"{timeouts} asserts timed out"})
+            report({"stopped": f"{timeouts} tests timed out"})
             return
 
 
