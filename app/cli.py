@@ -97,8 +97,22 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
         "check", help="run a module against tests in the sandbox (the runner the team uses)"
     )
     p.add_argument("--code", required=True, help="the module to test (a .py file)")
-    p.add_argument("--tests", required=True, help="its tests: `def check(candidate)` or asserts")
-    p.add_argument("--entry-point", help="the function under test (default: found in the code)")
+    p.add_argument(
+        "--tests",
+        required=True,
+        help="its tests: asserts, `def check(candidate)`, pytest-style `def test_*()` functions "
+        "or unittest.TestCase classes",
+    )
+    p.add_argument(
+        "--entry-point",
+        help="the function under test (default: the tests' `check(NAME)`, or the one function "
+        "they call and do not define)",
+    )
+    p.add_argument(
+        "--given",
+        help="the problem's own code the tests may call (HumanEval's helpers); the judge runs "
+        "its copy, never the program's",
+    )
     p.add_argument(
         "--timeout",
         type=float,

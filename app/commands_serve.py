@@ -142,15 +142,19 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from agents.judge.testrun import run_tests
 
-    texts = {}
-    for what, path in (("code", args.code), ("tests", args.tests)):
+    texts = {"given": ""}
+    for what, path in (("code", args.code), ("tests", args.tests), ("given", args.given)):
+        if path is None:
+            continue
         try:
             texts[what] = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read the {what} file {path}: {e}") from e
     allow_weak_sandbox(args)
-    entry_point = args.entry_point or _entry_point(texts["code"], texts["tests"])
-    report = run_tests(texts["code"], texts["tests"], entry_point, timeout=args.timeout)
+    entry_point = args.entry_point or _entry_point(texts["tests"], texts["given"])
+    report = run_tests(
+        texts["code"], texts["tests"], entry_point, timeout=args.timeout, given=texts["given"]
+    )
     if args.json:
         print(json.dumps({"entry_point": entry_point, **report.to_dict()}, ensure_ascii=False))
     else:
@@ -163,25 +167,47 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.all_passed else 1
 
 
-def _entry_point(code: str, tests: str) -> str:
-    """The function the tests are about: the module's first top-level function the tests name,
-    else its last top-level function."""
+def _entry_point(tests: str, given: str) -> str:
+    """The function the tests are about, from the tests alone (never from the program, which
+    could define a builtin's name or the tests' own helper first): the argument of a top-level
+    `check(NAME)`, else the one function the tests call that neither they nor the given code
+    define and that is not a builtin."""
     import ast
 
     from agents.judge.parsing import parse
+    from agents.judge.testrun import defined_names, plan_tests
 
     try:
-        tree = parse(code)
-    except SyntaxError as e:
-        raise ValueError(f"the code does not parse: line {e.lineno}: {e.msg}") from e
-    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    if not names:
-        raise ValueError("the code defines no function to test")
-    try:
-        test_names = {n.id for n in ast.walk(parse(tests)) if isinstance(n, ast.Name)}
+        tree = parse(tests)
     except SyntaxError as e:
         raise ValueError(f"the tests do not parse: line {e.lineno}: {e.msg}") from e
-    return next((name for name in names if name in test_names), names[-1])
+    for node in tree.body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "check"
+            and len(call.args) == 1
+            and isinstance(call.args[0], ast.Name)
+        ):
+            return call.args[0].id
+    try:
+        bind = set(plan_tests(tests, "_").bind) - defined_names(parse(given))
+    except (ValueError, SyntaxError):
+        bind = set()
+    called = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    found = sorted(bind & called)
+    if len(found) == 1:
+        return found[0]
+    raise ValueError(
+        "the tests do not say which function they test"
+        + (f" (they call {', '.join(found)})" if found else "")
+        + ": name it with --entry-point"
+    )
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -160,12 +160,20 @@ def test_check_runs_a_module_through_the_runner_and_reports_each_test(tmp_path):
         str(tmp_path / "good.py"),
         "--tests",
         str(tmp_path / "tests.py"),
+        "--entry-point",
+        "add",
         "--json",
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["passed"], report["total"], report["entry_point"]) == (3, 3, "add")
     assert [t["passed"] for t in report["tests"]] == [True] * 3
+    # the tests' check(candidate) names no function: the program may not choose one
+    result = coteam(
+        "check", "--code", str(tmp_path / "good.py"), "--tests", str(tmp_path / "tests.py")
+    )
+    assert result.returncode != 0 and "name it with --entry-point" in result.stderr
+    (tmp_path / "tests.py").write_text(TESTS + "\ncheck(add)\n")
     result = coteam(
         "check", "--code", str(tmp_path / "forger.py"), "--tests", str(tmp_path / "tests.py")
     )

@@ -143,9 +143,9 @@ def test_host_processes_are_invisible():
 
 @pytest.fixture
 def canaries(tmp_path):
-    """A canary the sandbox can see (root-owned, world-readable, in a 0755 folder) and one in the
-    host's /tmp. Both must survive."""
-    visible_dir = Path(tempfile.mkdtemp(prefix="coteam-canary-", dir="/var/lib"))
+    """A canary the sandbox can see (root-owned, world-readable, in a 0755 folder of the system's,
+    which the sandbox shows) and one in the host's /tmp. Both must survive."""
+    visible_dir = Path(tempfile.mkdtemp(prefix="coteam-canary-", dir="/etc"))
     visible_dir.chmod(0o755)
     visible = visible_dir / "canary.txt"
     visible.write_text("alive")
@@ -504,6 +504,30 @@ def test_the_apps_files_and_the_task_data_are_hidden_whatever_their_permissions(
 
 
 @needs_root
+def test_other_projects_tests_are_invisible_whatever_their_permissions():
+    """World-readable test files of another checkout, in folders the sandbox has no reason to
+    see (/var/lib, a folder at the root, one beside the interpreter's), are not even listed."""
+    folders = [Path(tempfile.mkdtemp(prefix="coteam-other-", dir=d)) for d in ("/var/lib", "/")]
+    folders.append(Path(tempfile.mkdtemp(prefix="coteam-other-", dir=Path.home())))
+    try:
+        for folder in folders:
+            folder.chmod(0o755)
+            (folder / "tests.py").write_text("assert add(1, 2) == 31337\n")
+            (folder / "tests.py").chmod(0o644)
+        code = "import os\nfor p in %r:\n    print(os.path.exists(p), os.path.exists(p + '/tests.py'))\n"
+        result = run(code % [str(f) for f in folders], audit=False)
+        assert result.ok, result.reason
+        seen = [line.split() for line in result.stdout.splitlines()]
+        # a folder at the root or in /var/lib is covered by an empty one; files are gone
+        assert [pair[1] for pair in seen] == ["False"] * 3, seen
+        assert any(layer.startswith("private view:") for layer in result.layers)
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+    assert_host_unharmed(result)
+
+
+@needs_root
 def test_socket_families_beyond_unix_and_inet_are_refused():
     code = textwrap.dedent(
         """
@@ -575,6 +599,8 @@ def test_the_weak_sandbox_as_an_ordinary_user_contains_a_hostile_program():
         for path in [root, *root.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         os.chown(canary, 65534, 65534)
+        (canary / "tests.py").write_text("assert add(1, 2) == 31337\n")  # another project's
+        (canary / "tests.py").chmod(0o644)
         probe = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(python)]
             + [str(root / "weak_probe.py"), str(root / "app"), str(root / "deps"), str(canary)],
@@ -589,10 +615,10 @@ def test_the_weak_sandbox_as_an_ordinary_user_contains_a_hostile_program():
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(canary, ignore_errors=True)
-    assert found["stdout"][:2] == ["refused written 30", "wrote written-here"], found
-    forks = int(found["stdout"][2].split()[1])
+    assert found["stdout"][:3] == ["saw []", "refused written 30", "wrote written-here"], found
+    forks = int(found["stdout"][3].split()[1])
     assert forks < Limits().processes, found  # the daemon, the launcher and pid 1 count too
-    assert found["survivors"] == [] and found["canary"] == [], found
+    assert found["survivors"] == [] and found["canary"] == ["tests.py"], found
     assert (found["honest"], found["hunter"]) == (2, 0), found
     assert any(layer.startswith("read-only:") for layer in found["layers"])
 

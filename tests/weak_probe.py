@@ -27,6 +27,10 @@ HOSTILE = textwrap.dedent(
             time.sleep(120)
             os._exit(0)
         os._exit(0)
+    try:
+        print("saw", sorted(os.listdir({canary!r})))
+    except OSError as e:
+        print("saw", e.errno)
     for path in ({canary!r} + "/written", "written-here"):
         try:
             with open(path, "w") as f:

@@ -128,6 +128,31 @@ def hidden_paths(interpreter: str) -> list[str]:
     ]
 
 
+# what a sandboxed program sees of the machine besides its folder and the tmpfs folders: the
+# system's own folders, then the interpreter's prefix (agents/judge/harness/launcher.py hides
+# everything else)
+SYSTEM_PATHS = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/dev",
+    "/proc",
+    "/sys",
+)
+
+
+def visible_paths(interpreter: str) -> list[str]:
+    """The folders a sandboxed program may see: SYSTEM_PATHS and the prefix of `interpreter`
+    (its standard library and shared libraries), resolved as the launcher will find them."""
+    prefix = Path(interpreter).resolve().parents[1]
+    return list(dict.fromkeys([*SYSTEM_PATHS, str(prefix)]))
+
+
 def isolation_level() -> tuple[str, str]:
     """("full" or "weak", the layers a run gets on this host, in words) for `coteam doctor`."""
     if os.geteuid() != 0:
@@ -288,6 +313,7 @@ def _launch_config(
         "disk_mb": limits.disk_mb,
         "world_writable": list(WORLD_WRITABLE),
         "hidden": hidden_paths(interpreter),
+        "visible": visible_paths(interpreter),
         "pass_fds": list(pass_fds),
         "rlimits": rlimits_for(limits),
         "python": interpreter,

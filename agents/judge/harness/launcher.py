@@ -63,6 +63,12 @@ try:
                 )
         if cfg["hidden"]:
             layers.append("hidden: the app's checkout, home, environment and task data")
+        keep = [*cfg["visible"], *cfg["world_writable"], folder]
+        hide_all_but("/", keep)
+        layers.append(
+            "private view: only the system's folders and the interpreter's own are visible "
+            "(" + ", ".join(cfg["visible"]) + ")"
+        )
         for path in cfg["world_writable"]:
             if os.path.isdir(path):
                 mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
@@ -77,6 +83,25 @@ try:
             f"mounts: private {cfg['disk_mb']} MiB tmpfs folder; 4 MiB tmpfs over "
             "/tmp, /var/tmp, /dev/shm, /run/lock"
         )
+
+    def hide_all_but(directory, keep):
+        """An empty read-only tmpfs over every folder under `directory` that neither is in `keep`
+        nor holds a path of it, and /dev/null over every file there: no other project's
+        checkout, data or tests can be read, whatever their permissions."""
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if path in keep or os.path.islink(path):
+                continue
+            if any(k.startswith(path + "/") for k in keep):
+                hide_all_but(path, keep)
+            elif os.path.isdir(path):
+                flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
+                check(
+                    libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=4k,mode=0555"),
+                    "hide " + path,
+                )
+            elif os.path.isfile(path) and directory != "/":
+                check(libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None), "hide " + path)
 
     def read_only_elsewhere():
         """Every other mount read-only (the weak sandbox runs as the app's user, who may write
