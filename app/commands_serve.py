@@ -150,6 +150,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             texts[what] = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read the {what} file {path}: {e}") from e
+    from agents.judge.parsing import parse
+
+    try:
+        parse(texts["code"])
+    except SyntaxError as e:
+        raise ValueError(f"the code does not parse: line {e.lineno}: {e.msg}") from e
     allow_weak_sandbox(args)
     entry_point = args.entry_point or _entry_point(texts["tests"], texts["given"])
     report = run_tests(

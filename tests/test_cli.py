@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from agents.serving.server import free_port
+from agents.tasks import humaneval_tasks
 
 
 def coteam(*args, env=None, timeout=300):
@@ -191,11 +192,44 @@ def test_check_scores_a_program_that_forges_wrapped_tests_nothing(tmp_path, name
     (tmp_path / "forger.py").write_text(program)
     result = coteam(
         "check", "--code", str(tmp_path / "forger.py"), "--tests", str(tmp_path / "tests.py"),
-        "--json",
+        "--entry-point", "add", "--json",
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     assert (report["passed"], report["total"]) == (0, 3), report
+
+
+def test_check_takes_the_entry_point_from_the_tests_and_the_given_code_from_the_problem(
+    tmp_path, capsys
+):
+    """A program that defines `abs` first cannot become the function under test (HumanEval/2),
+    and with --given a stub of the problem's own encode_cyclic is not the one the tests call
+    (HumanEval/38)."""
+    from app.cli import main
+
+    tasks = humaneval_tasks()
+    (tmp_path / "tests.py").write_text(tasks[2].tests + "\ncheck(truncate_number)\n")
+    (tmp_path / "abs.py").write_text(
+        "def abs(x):\n    return x % 1 if x > 1 else 0.0\n\n"
+        "def truncate_number(number):\n    return 0\n"
+    )
+    args = ["check", "--code", str(tmp_path / "abs.py"), "--tests", str(tmp_path / "tests.py")]
+    assert main([*args, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["entry_point"], report["passed"], report["total"]) == ("truncate_number", 0, 3)
+    assert main([*args, "--entry-point", "abs"]) == 1
+    assert "is a builtin's name" in capsys.readouterr().err
+    task = tasks[38]
+    (tmp_path / "tests38.py").write_text(task.tests)
+    (tmp_path / "given.py").write_text(task.preamble)
+    (tmp_path / "stub.py").write_text(
+        "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n"
+    )
+    args = ["check", "--code", str(tmp_path / "stub.py"), "--tests", str(tmp_path / "tests38.py")]
+    assert (
+        main([*args, "--entry-point", "decode_cyclic", "--given", str(tmp_path / "given.py")]) == 1
+    )
+    assert capsys.readouterr().out.splitlines()[-1] == "0 of 1 tests passed (decode_cyclic)"
 
 
 def test_check_refuses_unreadable_input_with_a_clear_message(tmp_path, capsys):

@@ -128,7 +128,8 @@ def plan_tests(test_code: str, entry_point: str | None = None) -> TestPlan:
     A step counts as a test when it holds an assert that is not a constant (`assert True` never
     fails) or is a call on its own (`expect(candidate(1), 2)`), and it reaches the program: it
     names the candidate, the entry point, a function the tests call but do not define, or a name
-    the tests bound from one of these (`result = candidate(5)`, a helper that calls it). Every
+    a statement that names one of these binds or uses (`result = candidate(5)`, an argument the
+    program may change, a helper that calls it). Every
     other step prepares (an import, an assignment, a definition, `assert len(xs) == 3`); one that
     raises fails the whole run. Raises ValueError
     when the tests do not parse or hold no test.
@@ -186,14 +187,15 @@ def _names(node: ast.AST) -> set[str]:
 
 
 def _reaching(statements: list[ast.stmt], program: set[str]) -> set[str]:
-    """`program` and every name the statements bind from it, to a fixed point: a variable
-    assigned from the candidate's answer, a helper whose body calls it, and so on."""
+    """`program` and every name a statement that names one of them binds or uses, to a fixed
+    point: a variable assigned from the candidate's answer, an argument the program may change,
+    a helper whose body calls it, and so on."""
     reached = set(program)
     while True:
         grown = set(reached)
         for statement in statements:
             if _names(statement) & grown:
-                grown |= defined_names(statement)
+                grown |= defined_names(statement) | _names(statement)
         if grown == reached:
             return reached
         reached = grown

@@ -8,7 +8,7 @@ and writes on the answers pipe, one JSON line each:
   or `{"load_error": [type, message]}`;
 - for each request `{"seq", "name", "args", "kwargs"}` read from the requests pipe:
   `{"seq": n, "value": ENCODED, "changed": [[where, ENCODED], ...], "same": where}` or
-  `{"seq": n, "raised": [type, message, builtin base]}`. `changed` holds the arguments the call
+  `{"seq": n, "raised": [type, message, builtin base, arguments]}`. `changed` holds the arguments the call
   changed in place, as they are after it (`where` is a position, or a keyword's name), so that
   the judge applies the changes to its own arguments; `same` names the argument the call returned
   itself (or is null), so that `is` in the tests keeps its meaning.
@@ -41,12 +41,16 @@ def on_alarm(signum, frame):
 
 
 def describe(e):
-    """[its class's name, its message, the nearest builtin exception class it derives from]."""
+    """[its class's name, its message, the nearest builtin exception class it derives from, its
+    arguments when they are plain and small (a KeyError's key), else None]."""
     base = next(
         (c.__name__ for c in type(e).__mro__ if getattr(builtins, c.__name__, None) is c),
         "BaseException",
     )
-    return [type(e).__name__[:60], str(e)[:MAX_MESSAGE], base]
+    arguments = encoded_or_none(tuple(e.args)) if isinstance(e, BaseException) else None
+    if arguments is not None and len(json.dumps(arguments)) > MAX_MESSAGE:
+        arguments = None
+    return [type(e).__name__[:60], str(e)[:MAX_MESSAGE], base, arguments]
 
 
 def encoded_or_none(value):
@@ -82,7 +86,8 @@ def serve():
         signal.setitimer(signal.ITIMER_REAL, 0)
     except Timeout:
         seconds = job["load_seconds"]
-        send({"load_error": ["Timeout", f"loading the program took more than {seconds:g}s"]})
+        too_long = f"loading the program took more than {seconds:g}s"
+        send({"load_error": ["Timeout", too_long, "BaseException", None]})
         return
     except BaseException as e:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -115,7 +120,8 @@ def serve():
             record = {"seq": seq, "value": encode(value), "changed": changed, "same": same}
             send(record)
         except Timeout:
-            send({"seq": seq, "raised": ["Timeout", f"the call took more than {per_call:g}s"]})
+            timed_out = f"the call took more than {per_call:g}s"
+            send({"seq": seq, "raised": ["Timeout", timed_out, "BaseException", None]})
         except BaseException as e:
             signal.setitimer(signal.ITIMER_REAL, 0)
             send({"seq": seq, "raised": describe(e)})

@@ -79,7 +79,7 @@ CONTROL_FLOW = {
 _program_classes = {}
 
 
-def program_exception(name, message, base="Exception"):
+def program_exception(name, message, base="Exception", arguments=None):
     """The program's exception rebuilt here, by identity: its builtin class when it raised one (so
     that a test may catch a ValueError), else a class of its name that derives from the builtin
     it derives from (so that `except ValueError` catches its subclass), else a ProgramError that
@@ -101,9 +101,16 @@ def program_exception(name, message, base="Exception"):
                     name, (found,), {"__module__": "program"}
                 )
         try:
-            return kind(message)
-        except Exception:  # needs other arguments (UnicodeDecodeError)
-            pass
+            rebuilt = decode(arguments) if arguments is not None else None
+        except NotPlain:
+            rebuilt = None
+        for args in ((*rebuilt,) if type(rebuilt) is tuple else None, (message,)):
+            if args is None:
+                continue
+            try:
+                return kind(*args)
+            except Exception:  # needs other arguments (UnicodeDecodeError)
+                pass
     return ProgramError(f"{name}: {message}" if message else name)
 
 
@@ -143,8 +150,8 @@ class Program:
             if set(record) == {"ready"} and type(names) is list:
                 return {n for n in names if type(n) is str}
             error = record.get("load_error")
-            if set(record) == {"load_error"} and type(error) is list and len(error) == 2:
-                name, message = (_bounded(part) for part in error)
+            if set(record) == {"load_error"} and type(error) is list and len(error) == 4:
+                name, message = (_bounded(part) for part in error[:2])
                 if name == "Timeout":  # the program's process stopped its own loading
                     raise ProgramError(message)
                 raise ProgramError(f"{name}: {message}" if message else name)
@@ -185,7 +192,7 @@ class Program:
                     return arguments[same]
                 return value
             raised = record.get("raised")
-            if set(record) == {"seq", "raised"} and type(raised) is list and len(raised) == 3:
+            if set(record) == {"seq", "raised"} and type(raised) is list and len(raised) == 4:
                 if raised[0] == "Timeout":
                     raise Timeout()
                 raise program_exception(*raised)
@@ -435,8 +442,8 @@ def judge_step(kind, compiled, ns, per_test):
     except AssertionError as e:
         text = str(e)
         return False, f"AssertionError: {text}" if text else "assertion failed", False
-    except BaseException as e:
-        return False, f"{type(e).__name__}: {e}", False
+    except BaseException as e:  # a rebuilt exception's text is the program's: bounded, printable
+        return False, _bounded(f"{type(e).__name__}: {e}"), False
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
