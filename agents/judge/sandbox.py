@@ -101,8 +101,8 @@ REFUSED_SOCKET_FAMILIES = ((0, 0), (3, 9), (11, None))  # (first, last); None: a
 WEAK_SANDBOX_ENV = "COTEAM_ALLOW_WEAK_SANDBOX"
 WEAK_SANDBOX_WARNING = (
     "the sandbox is weak here: not running as root, so generated code runs as your own user in a "
-    "user namespace (no network, its own processes and a read-only view of your files but its "
-    "folder) and could read whatever you can read outside CoTeam's own folders"
+    "user namespace (no network, its own processes, and a read-only view of the system's folders "
+    "only) and could read whatever you can read in them"
 )
 
 
