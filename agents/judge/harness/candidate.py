@@ -6,12 +6,16 @@ and writes on the answers pipe, one JSON line each:
 
 - `{"ready": [names]}`: the program loaded; the names of its top-level callables;
   or `{"load_error": [type, message]}`;
-- for each request `{"seq", "name", "args", "kwargs"}` read from the requests pipe:
-  `{"seq": n, "value": ENCODED, "changed": [[where, ENCODED], ...], "same": where}` or
+- for each request `{"seq", "op", "target", "name", "args", "kwargs"}` read from the requests
+  pipe (an operation on one of its objects: call a top-level function or a handle, read a
+  top-level name, get/set/delete an attribute or an item, `in`, `len`, `bool`, `str`, `repr`,
+  iterate): `{"seq": n, "value": ENCODED, "changed": [[where, ENCODED], ...], "same": where}` or
   `{"seq": n, "raised": [type, message, builtin base, arguments]}`. `changed` holds the arguments the call
   changed in place, as they are after it (`where` is a position, or a keyword's name), so that
   the judge applies the changes to its own arguments; `same` names the argument the call returned
-  itself (or is null), so that `is` in the tests keeps its meaning.
+  itself (or is null), so that `is` in the tests keeps its meaning. An answer that is not plain
+  data (an instance, a class, a bound method) stays here, in a table, and crosses as a handle:
+  `["h", [number, name, kind, builtin base]]`; the judge's requests name it by its number.
 
 Nothing here is trusted: the program can rewrite any of it or write its own lines. What it
 answers is only its answer to a call; the judge holds the tests, checks the values with its own
@@ -40,13 +44,18 @@ def on_alarm(signum, frame):
     raise Timeout()
 
 
+def builtin_base(kind):
+    """The name of the nearest builtin class `kind` derives from (for an exception class)."""
+    return next(
+        (c.__name__ for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c),
+        "BaseException",
+    )
+
+
 def describe(e):
     """[its class's name, its message, the nearest builtin exception class it derives from, its
     arguments when they are plain and small (a KeyError's key), else None]."""
-    base = next(
-        (c.__name__ for c in type(e).__mro__ if getattr(builtins, c.__name__, None) is c),
-        "BaseException",
-    )
+    base = builtin_base(type(e))
     arguments = encoded_or_none(tuple(e.args)) if isinstance(e, BaseException) else None
     if arguments is not None and len(json.dumps(arguments)) > MAX_MESSAGE:
         arguments = None
@@ -95,20 +104,59 @@ def serve():
         return
     send({"ready": sorted(k for k, v in ns.items() if type(k) is str and callable(v))})
     per_call = job["per_call"]
+    table, ids = {}, {}  # handle -> the program's object, id(object) -> handle
+
+    def register(obj):
+        """The handle of one of the program's objects: [number, name, kind, builtin base]."""
+        number = ids.get(id(obj))
+        if number is None:
+            number = ids[id(obj)] = len(table) + 1
+            table[number] = obj  # kept alive, so its id is not reused
+        if isinstance(obj, type):
+            if issubclass(obj, BaseException):
+                return [number, obj.__name__[:60], "exception", builtin_base(obj)]
+            return [number, obj.__name__[:60], "class", None]
+        return [number, type(obj).__name__[:60], "callable" if callable(obj) else "object", None]
+
+    def lookup(payload):
+        if not (type(payload) is list and payload and type(payload[0]) is int):
+            raise NotPlain("not a handle")
+        if payload[0] not in table:
+            raise NotPlain("an unknown handle")
+        return table[payload[0]]
+
+    operations = {
+        "call": lambda target, name, a, k: (target if target is not None else ns[name])(*a, **k),
+        "global": lambda target, name, a, k: ns[name],
+        "getattr": lambda target, name, a, k: getattr(target, name),
+        "setattr": lambda target, name, a, k: setattr(target, name, a[0]),
+        "delattr": lambda target, name, a, k: delattr(target, name),
+        "getitem": lambda target, name, a, k: target[a[0]],
+        "setitem": lambda target, name, a, k: target.__setitem__(a[0], a[1]),
+        "delitem": lambda target, name, a, k: target.__delitem__(a[0]),
+        "contains": lambda target, name, a, k: a[0] in target,
+        "len": lambda target, name, a, k: len(target),
+        "bool": lambda target, name, a, k: bool(target),
+        "str": lambda target, name, a, k: str(target),
+        "repr": lambda target, name, a, k: repr(target),
+        "iter": lambda target, name, a, k: list(target),
+    }
     for line in requests:
         try:
             request = json.loads(line)
             seq = request["seq"]
-            args = [decode(a) for a in request["args"]]
-            kwargs = {k: decode(v) for k, v in request["kwargs"]}
-            function = ns[request["name"]]
+            args = [decode(a, lookup) for a in request["args"]]
+            kwargs = {k: decode(v, lookup) for k, v in request["kwargs"]}
+            target = lookup(request["target"]) if request["target"] is not None else None
+            operation = operations[request["op"]]
+            name = request["name"]
         except BaseException as e:  # the judge's requests are well-formed; be safe anyway
             send({"seq": None, "raised": describe(e)})
             continue
         try:
             arguments = list(enumerate(args)) + list(kwargs.items())
             signal.setitimer(signal.ITIMER_REAL, per_call)
-            value = function(*args, **kwargs)
+            value = operation(target, name, args, kwargs)
             signal.setitimer(signal.ITIMER_REAL, 0)
             changed = []
             sent_arguments = request["args"] + [v for _, v in request["kwargs"]]
@@ -117,8 +165,8 @@ def serve():
                 if now is not None and now != sent:
                     changed.append([where, now])
             same = next((where for where, argument in arguments if argument is value), None)
-            record = {"seq": seq, "value": encode(value), "changed": changed, "same": same}
-            send(record)
+            encoded = encode(value, register)
+            send({"seq": seq, "value": encoded, "changed": changed, "same": same})
         except Timeout:
             timed_out = f"the call took more than {per_call:g}s"
             send({"seq": seq, "raised": ["Timeout", timed_out, "BaseException", None]})

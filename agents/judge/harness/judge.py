@@ -29,6 +29,7 @@ import sys
 import unittest
 
 MAX_SHOWN = 200  # characters of a value shown in a failure message
+MAX_VIEWS = 256  # container attributes the tests read and may change, per test
 MESSAGE_CHARS = 500
 
 _OPERATORS = {
@@ -122,6 +123,9 @@ class Program:
         self.answers = os.fdopen(answers_fd, "rb")
         self.seq = 0
         self.gone = ""
+        self.handles = {}  # handle number -> its stand-in here
+        self.views = {}  # (id of a stand-in, attribute) -> [stand-in, the tests' copy, as sent, name]
+        self.classes = {}  # a class's name -> its stand-in, for the instances that come back
 
     def read(self):
         """The next well-formed record from the program, or ProgramGone."""
@@ -156,18 +160,74 @@ class Program:
                     raise ProgramError(message)
                 raise ProgramError(f"{name}: {message}" if message else name)
 
-    def call(self, name, args, kwargs):
-        """The program's answer to name(*args, **kwargs); what the call changed in the arguments
-        is applied to them here, and an argument the program returned is returned itself."""
+    def op(self, op, target=None, name=None, args=(), kwargs=None):
+        """`_request`, after the tests' changes to attributes they read are sent back (`sync`);
+        a list, dict or set read from an attribute is kept as a view of it."""
+        self.sync()
+        value = self._request(op, target, name, args, kwargs)
+        if op == "getattr" and type(value) in (list, dict, set):
+            return self.view(target, name, value)
+        if op == "setattr" and type(args[0]) in (list, dict, set):
+            self.view(target, name, args[0])
+        return value
+
+    def view(self, target, name, value):
+        """The tests' copy of a container attribute of the program's object, the same one each
+        time it is read (brought up to date in place): what the tests change in it
+        (`obj.items.append(x)`, `obj.data[k] = v`) is set back on the object before the program's
+        next operation, so the program sees it as in one process."""
+        key = (id(target), name)
+        found = self.views.get(key)
+        snapshot = encode(value, _handle_payload)
+        if found is not None and type(found[1]) is type(value):
+            kept = found[1]
+            if kept is not value:
+                if type(kept) is list:
+                    kept[:] = value
+                else:
+                    kept.clear()
+                    kept.update(value)
+            found[2] = snapshot
+            return kept
+        if len(self.views) < MAX_VIEWS:
+            self.views[key] = [target, value, snapshot, name]
+        return value
+
+    def sync(self):
+        for view in list(self.views.values()):
+            target, value, snapshot, name = view
+            try:
+                now = encode(value, _handle_payload)
+            except NotPlain:
+                continue
+            if now != snapshot:
+                view[2] = now
+                self._request("setattr", target, name, [value])
+
+    def _request(self, op, target=None, name=None, args=(), kwargs=None):
+        """The program's answer to one operation on its objects: `call` (of the top-level
+        function `name`, or of the handle `target`), `global` (a top-level name), `getattr`,
+        `setattr`, `delattr`, `getitem`, `setitem`, `delitem`, `contains`, `len`, `bool`, `str`,
+        `repr`, `iter`. What it changed in the arguments is applied to them here, and an argument
+        the program returned is returned itself; what is not plain data comes back as a handle."""
+        kwargs = kwargs or {}
+        what = name if target is None else _name_of(target)
         try:
-            encoded_args = [encode(a) for a in args]
-            encoded_kwargs = [[k, encode(v)] for k, v in kwargs.items()]
+            encoded_args = [encode(a, _handle_payload) for a in args]
+            encoded_kwargs = [[k, encode(v, _handle_payload)] for k, v in kwargs.items()]
         except NotPlain as e:
             raise TypeError(
-                f"the test passes {e} to {name}(); only plain data reaches the program"
+                f"the test passes {e} to {what}; only plain data reaches the program"
             ) from None
         self.seq += 1
-        request = {"seq": self.seq, "name": name, "args": encoded_args, "kwargs": encoded_kwargs}
+        request = {
+            "seq": self.seq,
+            "op": op,
+            "target": None if target is None else _handle_payload(target),
+            "name": name,
+            "args": encoded_args,
+            "kwargs": encoded_kwargs,
+        }
         try:
             self.requests.write(json.dumps(request) + "\n")
             self.requests.flush()
@@ -180,12 +240,13 @@ class Program:
                 continue  # an answer to an earlier call that timed out here, or a stray line
             if set(record) == {"seq", "value", "changed", "same"}:
                 try:
-                    value = decode(record["value"])
+                    value = decode(record["value"], self.stand_in)
                     self.apply_changes(args, kwargs, record["changed"])
                 except NotPlain as e:
-                    raise TypeError(
-                        f"{name}() returned something that is not plain data ({e})"
-                    ) from None
+                    raise TypeError(f"{what} answered something that cannot cross ({e})") from None
+                guard.note(value)
+                for argument in [*args, *kwargs.values()]:
+                    guard.note(argument)  # what the program wrote into it
                 arguments = dict(enumerate(args)) | kwargs
                 same = record["same"]
                 if type(same) in (int, str) and same in arguments:
@@ -196,6 +257,40 @@ class Program:
                 if raised[0] == "Timeout":
                     raise Timeout()
                 raise program_exception(*raised)
+
+    def stand_in(self, payload):
+        """The judge's stand-in for one of the program's objects: the same one each time it
+        comes back. A class is a class here (calling it constructs in the program's process;
+        `isinstance` works on its instances), an exception class the one the judge raises."""
+        if not (
+            type(payload) is list
+            and len(payload) == 4
+            and type(payload[0]) is int
+            and type(payload[1]) is str
+            and payload[2] in ("class", "exception", "callable", "object")
+        ):
+            raise NotPlain("not a handle")
+        number, name, kind, base = payload
+        found = self.handles.get(number)
+        if found is not None:
+            return found
+        name = _bounded(name)[:60]
+        if not name.isidentifier():
+            name = "ProgramObject"
+        if kind == "exception":
+            base = base if type(base) is str else "Exception"
+            made = program_exception(name, "", base).__class__
+            if made is ProgramError:
+                made = type(name, (ProgramError,), {"__module__": "program"})
+        elif kind == "class":
+            made = RemoteClass(name, (Handle,), {"__slots__": (), "__module__": "program"})
+            type.__setattr__(made, "_class_number", number)
+            self.classes.setdefault(name, made)
+        else:
+            made = object.__new__(self.classes.get(name, Handle))
+            object.__setattr__(made, "_number", number)
+        self.handles[number] = made
+        return made
 
     @staticmethod
     def apply_changes(args, kwargs, changed):
@@ -217,6 +312,92 @@ class Program:
             else:
                 argument.clear()
                 argument.update(now)
+
+
+PROGRAM = None  # the one Program of this run, for the stand-ins' operations
+
+
+def _handle_payload(value):
+    """What a request says of a stand-in: its number (NotPlain for anything else)."""
+    number = (
+        type.__getattribute__(value, "_class_number") if isinstance(value, RemoteClass) else None
+    )
+    if isinstance(value, Handle):
+        number = object.__getattribute__(value, "_number")
+    if type(number) is not int:
+        raise NotPlain(f"a {type(value).__name__}")
+    return [number]
+
+
+def _name_of(target):
+    kind = target if isinstance(target, RemoteClass) else type(target)
+    return f"the program's {kind.__name__}"
+
+
+class Handle:
+    """One of the program's objects, which stays in the program's process: every operation on
+    it here is a request there. It equals only itself and hashes by identity (the judge's own
+    rules, never the program's); special methods other than these are not forwarded."""
+
+    __slots__ = ("_number", "__weakref__")
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return PROGRAM.op("getattr", self, name)
+
+    def __setattr__(self, name, value):
+        PROGRAM.op("setattr", self, name, [value])
+
+    def __delattr__(self, name):
+        PROGRAM.op("delattr", self, name)
+
+    def __call__(self, *args, **kwargs):
+        return PROGRAM.op("call", self, None, args, kwargs)
+
+    def __getitem__(self, key):
+        return PROGRAM.op("getitem", self, None, [key])
+
+    def __setitem__(self, key, value):
+        PROGRAM.op("setitem", self, None, [key, value])
+
+    def __delitem__(self, key):
+        PROGRAM.op("delitem", self, None, [key])
+
+    def __contains__(self, item):
+        return PROGRAM.op("contains", self, None, [item]) is True
+
+    def __len__(self):
+        return PROGRAM.op("len", self)
+
+    def __bool__(self):
+        return PROGRAM.op("bool", self) is True
+
+    def __iter__(self):
+        return iter(PROGRAM.op("iter", self))
+
+    def __str__(self):
+        return PROGRAM.op("str", self)
+
+    def __repr__(self):
+        return PROGRAM.op("repr", self)
+
+
+class RemoteClass(type):
+    """The type of a stand-in for one of the program's classes: calling it constructs an instance
+    in the program's process; its other attributes (static methods, class fields) are read
+    there."""
+
+    def __call__(cls, *args, **kwargs):
+        return PROGRAM.op("call", cls, None, args, kwargs)
+
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return PROGRAM.op("getattr", cls, name)
+
+    def __repr__(cls):
+        return f"<the program's class {cls.__name__}>"
 
 
 def _bounded(text):
@@ -261,7 +442,8 @@ class Guard:
 
     Every str and bytes the program answered is noted. An audit hook then refuses, for the rest
     of the run, to compile source that holds any of it (`eval`, `exec`, `compile`, `ast.parse`),
-    to unpickle anything but plain types, to load marshalled code or to build code objects;
+    to unpickle anything but plain types, to load marshalled code or build code objects that hold
+    it;
     `eval` of the program's text is evaluated as a literal (`ast.literal_eval`: no code runs),
     which is all an honest `eval(candidate(x)) == x` needs. The judge compiles its own test code
     before the program starts, so nothing it runs later is compiled from the program's text."""
@@ -308,8 +490,10 @@ class Guard:
             data = bytes(args[0]) if isinstance(args[0], bytes | bytearray) else b""
             if data in self.texts or any(t in data for t in self.texts if len(t) >= 16):
                 raise PermissionError("the judge does not load code the program returned")
-        elif event == "code.__new__":
-            raise PermissionError("the judge does not build code objects while it judges")
+        elif event == "code.__new__":  # co_code as bytes; the library builds some (mock)
+            data = args[0] if isinstance(args[0], bytes) else b""
+            if any(t in data for t in self.texts if len(t) >= 16):
+                raise PermissionError("the judge does not build code the program returned")
 
     def eval(self, source, globals=None, locals=None):
         """builtins.eval here: the program's text as a literal, anything else as Python does."""
@@ -345,18 +529,6 @@ def _installed_source(filename):
         and filename.endswith(".py")
         and os.path.isfile(filename)
     )
-
-
-def remote(program, name):
-    def call(*args, **kwargs):
-        value = program.call(name, args, kwargs)
-        guard.note(value)
-        for argument in [*args, *kwargs.values()]:
-            guard.note(argument)  # what the program wrote into it
-        return value
-
-    call.__name__ = call.__qualname__ = name
-    return call
 
 
 def shown(value):
@@ -468,7 +640,8 @@ def main():
     ]
     guard.install()
     signal.signal(signal.SIGALRM, on_alarm)
-    program = Program(job["requests_fd"], job["answers_fd"])
+    global PROGRAM
+    program = PROGRAM = Program(job["requests_fd"], job["answers_fd"])
     signal.setitimer(signal.ITIMER_REAL, job["load_seconds"])
     try:
         names = program.ready()
@@ -487,10 +660,11 @@ def main():
     ns = {"__name__": "tests"}
     try:
         exec(given, ns)
-        for name in job["bind"]:  # another function of the program the tests call
+        signal.setitimer(signal.ITIMER_REAL, job["per_test"])
+        for name in job["bind"]:  # another function or class of the program the tests call
             if name in names and name not in ns:
-                ns[name] = remote(program, name)
-        ns[entry_point] = ns[job["candidate"]] = remote(program, entry_point)
+                ns[name] = program.op("global", name=name)
+        entry = ns[entry_point] = ns[job["candidate"]] = program.op("global", name=entry_point)
         signal.setitimer(signal.ITIMER_REAL, job["per_test"])
         exec(setup, ns)
     except BaseException as e:
@@ -498,9 +672,11 @@ def main():
         return
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    ns[entry_point] = ns[job["candidate"]] = remote(program, entry_point)
+    ns[entry_point] = ns[job["candidate"]] = entry
     timeouts = 0
     for unit, kind, compiled in steps:
+        if unit is not None:
+            program.views.clear()  # a test's objects are its own
         passed, message, timed_out = judge_step(kind, compiled, ns, job["per_test"])
         sys.stdout = io.StringIO()
         timeouts += timed_out
