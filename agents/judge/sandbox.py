@@ -71,6 +71,8 @@ from agents.judge.result import (
 
 # the world-writable folders a throw-away user could otherwise write to; each gets a small tmpfs
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# where a run given a shared folder sees it (inside its own tmpfs /tmp)
+SCRATCH = "/tmp/coteam-scratch"
 
 # system calls the program is refused (EPERM): namespaces and mounts (a nested user namespace
 # could mount an uncapped tmpfs), SysV IPC, kernel keys, tracing other processes, BPF, io_uring
@@ -153,6 +155,32 @@ def visible_paths(interpreter: str) -> list[str]:
     return list(dict.fromkeys([*SYSTEM_PATHS, str(prefix)]))
 
 
+@contextlib.contextmanager
+def shared_folder(limits: Limits = Limits()):  # noqa: B008
+    """A host folder two runs may share (`run_untrusted(shared=...)`): as root a tmpfs of
+    `limits.disk_mb` MiB mounted for the purpose, else a plain temporary folder (bounded by the
+    runs' file-size limit only); removed afterwards with everything in it."""
+    folder = tempfile.mkdtemp(prefix="coteam-shared-")
+    mounted = False
+    try:
+        os.chmod(folder, 0o777)
+        if os.geteuid() == 0:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            options = f"size={limits.disk_mb}m,mode=0777".encode()
+            mounted = libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 2 | 4 | 8, options) == 0
+        yield folder
+    finally:
+        if mounted:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).umount2(folder.encode(), 2)  # MNT_DETACH
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def isolation_level() -> tuple[str, str]:
     """("full" or "weak", the layers a run gets on this host, in words) for `coteam doctor`."""
     if os.geteuid() != 0:
@@ -194,12 +222,15 @@ def run_untrusted(
     stdin: str = "",
     pass_fds: tuple[int, ...] = (),
     stop: threading.Event | None = None,
+    shared: str | None = None,
 ) -> SandboxResult:
     """Run `code` as a Python program in the sandbox and report how it ended.
 
     `files` (name -> text) are written beside it in its folder, e.g. a harness's input; `stdin`
     is fed to its standard input through a pipe (nothing on disk or in a command line another
-    process could read). `pass_fds` are handed to the program under their own numbers and closed
+    process could read). `shared` is a folder of the host that the program sees as SCRATCH (its
+    working directory once loaded, writable, files made readable and writable by all): two runs
+    given the same one share files there, as a test and the program it tests do. `pass_fds` are handed to the program under their own numbers and closed
     here, whatever happens. Setting `stop` ends the run early (its reason says so).
     As an ordinary user it refuses to run (SandboxError) unless WEAK_SANDBOX_ENV is "1".
 
@@ -218,7 +249,7 @@ def run_untrusted(
         interpreter = (
             _sandbox_interpreter() if os.geteuid() == 0 else os.path.realpath(sys.executable)
         )
-        return _run(code, limits, interpreter, files or {}, stdin, fds, stop)
+        return _run(code, limits, interpreter, files or {}, stdin, fds, stop, shared)
     finally:
         _close_all(fds)
 
@@ -239,6 +270,7 @@ def _run(
     stdin: str = "",
     pass_fds: list[int] | None = None,
     stop: threading.Event | None = None,
+    shared: str | None = None,
 ) -> SandboxResult:
     start = time.monotonic()
     pass_fds = [] if pass_fds is None else pass_fds
@@ -247,7 +279,7 @@ def _run(
         folder = os.path.realpath(tmp)
         _write_files(folder, {**files, "main.py": code}, uid)
         cgroups = RunCgroups.create(limits) if uid is not None else None
-        config = _launch_config(folder, uid, cgroups, limits, interpreter, pass_fds)
+        config = _launch_config(folder, uid, cgroups, limits, interpreter, pass_fds, shared)
         proc, status = _launch(config, folder, stdin, pass_fds)
         layers = ["process: own session, scrubbed environment, python -I -S", *status["layers"]]
         if limits.audit_hook:
@@ -301,10 +333,13 @@ def _launch_config(
     limits: Limits,
     interpreter: str,
     pass_fds: list[int],
+    shared: str | None = None,
 ) -> dict:
     """What the launcher (harness/launcher.py) sets up before it runs the program: every layer."""
     return {
         "folder": folder,
+        "shared": shared,
+        "scratch": SCRATCH,
         "uid": uid,
         "cgroups": cgroups.paths if cgroups else [],
         "memory_mb": limits.memory_mb,
@@ -325,6 +360,7 @@ def _launch_config(
             PRELUDE.read_text(encoding="utf-8"),
             folder,
             "1" if limits.audit_hook else "0",
+            SCRATCH if shared else "",
         ],
         "env": {
             "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -29,7 +29,7 @@ from pathlib import Path
 from agents.judge.limits import Limits
 from agents.judge.parsing import parse
 from agents.judge.result import SandboxError, SandboxResult
-from agents.judge.sandbox import run_untrusted
+from agents.judge.sandbox import run_untrusted, shared_folder
 
 HARNESS = Path(__file__).parent / "harness"
 MAX_LINE_CHARS = 2_000
@@ -291,6 +291,7 @@ def run_tests(
     max_timeouts: int = 3,
     limits: Limits | None = None,
     given: str = "",
+    shared: bool = False,
 ) -> TestReport:
     """Judge a task's tests on `program`, one test at a time (see the module's docstring).
 
@@ -299,15 +300,34 @@ def run_tests(
     counted test (see `split_check`) gets `timeout` seconds; after `max_timeouts` timeouts the
     rest count as failed (as in MAGRPO). Both processes run with `limits`, by default enough wall
     time for every timeout. Raises ValueError when the tests do not parse; never for anything the
-    program does. Raises ValueError as well for an entry point that is a builtin's name or one
+    program does. With `shared`, both processes work in one scratch folder (tests that write a
+    file for the program to read, or read what it wrote), which holds nothing of the tests but
+    what they write there. Raises ValueError as well for an entry point that is a builtin's name or one
     the tests or `given` define (see `check_entry_point`).
     """
     check_entry_point(entry_point, test_code, given)
     plan = plan_tests(test_code, entry_point)
-    units = plan.units
     if limits is None:
         budget = timeout * (max_timeouts + 1) + STARTUP_S
         limits = Limits(wall_seconds=budget, cpu_seconds=int(budget) + 1)
+    if not shared:
+        return _judge(program, plan, entry_point, given, timeout, max_timeouts, limits, None)
+    with shared_folder(limits) as folder:
+        return _judge(program, plan, entry_point, given, timeout, max_timeouts, limits, folder)
+
+
+def _judge(
+    program: str,
+    plan: TestPlan,
+    entry_point: str,
+    given: str,
+    timeout: float,
+    max_timeouts: int,
+    limits: Limits,
+    shared: str | None,
+) -> TestReport:
+    """The two sandboxed processes of `run_tests`, and their report."""
+    units = plan.units
     requests_read, requests_write = os.pipe()
     answers_read, answers_write = os.pipe()
     served: dict[str, SandboxResult | SandboxError] = {}
@@ -328,6 +348,7 @@ def run_tests(
                 files={"job.json": json.dumps(job)},
                 pass_fds=(requests_read, answers_write),
                 stop=stop,
+                shared=shared,
             )
         except SandboxError as e:
             served["run"] = e
@@ -355,6 +376,7 @@ def run_tests(
             limits,
             stdin=json.dumps(judge_job),
             pass_fds=(requests_write, answers_read),
+            shared=shared,
         )
     except SandboxError as e:  # e.g. refused as an ordinary user: every test fails, saying why
         judged = e

@@ -283,7 +283,7 @@ def judge_class(problem: ClassProblem, program: str, timeout: float = 3.0) -> Cl
     """Run the class's unittest classes on `program` through the judge (agents/judge/testrun.py)."""
     report = run_tests(
         program, problem.tests, problem.class_name, timeout=timeout, max_timeouts=5,
-        given=problem.imports,
+        given=problem.imports, shared=True,
     )  # fmt: skip
     counts: dict[str, list[int]] = {}
     for result in report.results:

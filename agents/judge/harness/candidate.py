@@ -70,9 +70,10 @@ def encoded_or_none(value):
 
 
 def serve():
-    with open("job.json", encoding="utf-8") as f:
+    path = os.path.join(os.environ["HOME"], "job.json")  # the run's folder (the cwd may be shared)
+    with open(path, encoding="utf-8") as f:
         job = json.load(f)
-    os.remove("job.json")
+    os.remove(path)
     answers = os.fdopen(job["answers_fd"], "w", encoding="utf-8")
     requests = os.fdopen(job["requests_fd"], "rb")
     devnull = os.open(os.devnull, os.O_WRONLY)

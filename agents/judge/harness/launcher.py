@@ -16,6 +16,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE = 1024, 2048, 4096, 16384, 1 << 18
 MS_RELATIME, ST_RELATIME = 1 << 21, 4096
 PR_SET_NO_NEW_PRIVS = 38
+SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same number on every architecture
+AT_FDCWD, OPEN_TREE_CLONE, MOVE_EMPTY_PATH = -100, 1, 4
 
 cfg = json.loads(sys.argv[1])
 status_fd = int(sys.argv[2])
@@ -50,6 +52,11 @@ try:
     def private_mounts(owner, group):
         """In a new mount namespace: the app's files hidden, small tmpfs over the world-writable
         folders, and the run's folder a private tmpfs owned by `owner` with its files."""
+        shared = None
+        if cfg["shared"]:  # the host's shared folder, cloned before any mount hides where it is
+            shared = libc.syscall(SYS_OPEN_TREE, AT_FDCWD, cfg["shared"].encode(), OPEN_TREE_CLONE)
+            if shared < 0:
+                check(-1, "clone the shared folder (open_tree, Linux 5.2 or later)")
         files = {}
         for name in os.listdir(folder):
             with open(os.path.join(folder, name), "rb") as f:
@@ -72,6 +79,15 @@ try:
         for path in cfg["world_writable"]:
             if os.path.isdir(path):
                 mount_tmpfs(path, "size=4m,mode=1777")  # TMPDIR points at the folder
+        if shared is not None:  # inside the new /tmp: the host's folder, the same for both runs
+            os.makedirs(cfg["scratch"], exist_ok=True)
+            moved = libc.syscall(
+                SYS_MOVE_MOUNT, shared, b"", AT_FDCWD, cfg["scratch"].encode(), MOVE_EMPTY_PATH
+            )
+            check(0 if moved == 0 else -1, "mount the shared folder")
+            os.close(shared)
+            os.umask(0)  # what one run writes there, the other may read, change and remove
+            layers.append(f"scratch: a folder shared with the other process at {cfg['scratch']}")
         os.makedirs(folder, exist_ok=True)
         mount_tmpfs(folder, f"size={cfg['disk_mb']}m,mode=0700,uid={owner},gid={group}")
         for name, data in files.items():
@@ -106,7 +122,7 @@ try:
     def read_only_elsewhere():
         """Every other mount read-only (the weak sandbox runs as the app's user, who may write
         there). The flags the kernel locks in a user namespace are kept as they are."""
-        ours = {folder, *cfg["world_writable"], *cfg["hidden"]}
+        ours = {folder, *cfg["world_writable"], *cfg["hidden"], cfg["scratch"]}
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
             points = [line.split()[4] for line in f]
         for point in dict.fromkeys(points):

@@ -1,12 +1,12 @@
-"""Runs first in the sandboxed interpreter (`python -I -S -c`, with the folder and "1" or "0"
-for the audit hook as arguments): installs the audit hook, then runs the program in main.py.
+"""Runs first in the sandboxed interpreter (`python -I -S -c`, with the folder, "1" or "0"
+for the audit hook and the shared scratch folder or "" as arguments): installs the audit hook, then runs the program in main.py.
 agents/judge/sandbox.py passes this file's text; it is never imported."""
 
 import os
 import sys
 
 
-def _sandbox_guard(root):
+def _sandbox_guard(roots):
     WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     PATH_EVENTS = {
         "os.remove": (0,),
@@ -54,7 +54,7 @@ def _sandbox_guard(root):
         if isinstance(path, int):
             return True
         path = realpath(fsdecode(path))
-        return path == root or path.startswith(root + "/") or path == "/dev/null"
+        return path == "/dev/null" or any(path == r or path.startswith(r + "/") for r in roots)
 
     def deny(event, detail):
         write(2, f"[sandbox] blocked {event}: {detail}\n".encode("utf-8", "replace"))
@@ -93,7 +93,7 @@ def _not_dumpable():
         pass
 
 
-def _sandbox_main(root, audit):
+def _sandbox_main(root, audit, scratch):
     import traceback
 
     _not_dumpable()
@@ -106,8 +106,10 @@ def _sandbox_main(root, audit):
         traceback.print_exception(type(e), e, None)
         sys.exit(1)
     sys.argv = ["main.py"]
+    if scratch:  # the folder shared with the other process: the program's working directory
+        os.chdir(scratch)
     if audit:
-        _sandbox_guard(root)
+        _sandbox_guard([root, scratch] if scratch else [root])
     g = {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}
     try:
         exec(code, g)
@@ -118,4 +120,4 @@ def _sandbox_main(root, audit):
         sys.exit(1)
 
 
-_sandbox_main(sys.argv[1], sys.argv[2] == "1")
+_sandbox_main(sys.argv[1], sys.argv[2] == "1", sys.argv[3])
