@@ -175,6 +175,30 @@ def cmd_episode(args: argparse.Namespace) -> int:
     return 0
 
 
+def class_eval(args: argparse.Namespace, command: str) -> int:
+    """`coteam eval --task class`: class teams against one agent (learner/class_eval.py)."""
+    from agents.serving.policy import PolicyError
+    from agents.team.roles import SHAPES
+    from learner.class_eval import run_class_eval
+
+    shapes = ("single", "single_incremental", "parallel") if args.shapes == SHAPES else args.shapes
+    try:
+        with contextlib.ExitStack() as stack:
+            policy = episode_policy(args, stack)
+            results = run_class_eval(
+                policy, args.out, shapes=shapes, agents=args.agents, split=args.split,
+                fold=args.fold, limit=args.limit, samples=args.samples,
+                max_tokens=args.max_tokens, progress=not args.no_progress, command=command,
+            )  # fmt: skip
+    except (OSError, ValueError, PolicyError) as e:
+        print(f"coteam eval: error: {e}", file=sys.stderr)
+        return 1
+    from learner.class_eval import report
+
+    print(report(results))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import shlex
 
@@ -187,6 +211,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.verbose:
         quiet_request_logs()
     command = "coteam " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["eval"] else ""
+    if args.task == "class":
+        return class_eval(args, command)
     try:
         if args.pool:
             from learner.folds import pool_folds

@@ -288,7 +288,11 @@ class EvalConfig:
 
     task: str = field(
         default="coding",
-        metadata=flag("kind of task", choices=("coding", "writing"), required=True),
+        metadata=flag(
+            "kind of task (class: ClassEval classes, agents/kinds/classes.py)",
+            choices=("coding", "writing", "class"),
+            required=True,
+        ),
     )
     split: str = field(
         default="heldout",

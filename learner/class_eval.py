@@ -1,0 +1,227 @@
+"""`coteam eval --task class`: class teams against one agent on ClassEval classes, paired.
+
+Every shape writes every class of the split with the same openings (each method begun with its
+head), the same budget per method and the same judge (agents/kinds/classes.py). `single` comes in
+two forms, each method from the skeleton alone and incremental (each method seeing the ones
+written before it); every team is compared with the better of the two on the split, paired by
+class:
+
+- method level: the share of the class's test classes that pass (as ClassEval counts), per class;
+  Wilcoxon's signed-rank test on the per-class differences, and the sign test on the classes one
+  side does better on;
+- class level: whether every test class passes; the exact McNemar test (a binomial test on the
+  classes only one side passes);
+- critical-path tokens (the most any one agent wrote) and wall time per class: the ratio of the
+  means, team over single.
+
+Writes `episodes.jsonl` (one line per class, shape and sample: the episode's summary; a run
+started again skips what is there), `results.json` and `report.md` to `out`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from agents.kinds.classes import CLASS_SHAPES, class_splits, run_class_episode
+
+SINGLE_FORMS = ("single", "single_incremental")
+SPLITS = {"heldout": "held_out", "train": "train", "all": None}
+
+
+def class_eval_problems(split: str = "heldout", fold: str | None = None, limit: int | None = None):
+    """The classes of a split (or of fold "F/K"), in order."""
+    parts = class_splits(fold)
+    key = SPLITS[split]
+    problems = [p for part in parts.values() for p in part] if key is None else parts[key]
+    if key is None:
+        order = {p.task_id: i for i, p in enumerate(sorted(problems, key=_number))}
+        problems = sorted(problems, key=lambda p: order[p.task_id])
+    return problems[:limit] if limit else problems
+
+
+def _number(problem) -> int:
+    return int(problem.task_id.rsplit("_", 1)[1]) if problem.task_id[-1].isdigit() else 0
+
+
+def run_class_eval(
+    policy,
+    out: str | Path,
+    *,
+    shapes: tuple[str, ...] = ("single", "single_incremental", "parallel"),
+    agents: int = 2,
+    split: str = "heldout",
+    fold: str | None = None,
+    limit: int | None = None,
+    samples: int = 1,
+    max_tokens: int = 256,
+    progress: bool = True,
+    command: str = "",
+) -> dict:
+    """Run every (class, shape, sample) not yet in `out`/episodes.jsonl, then write the results."""
+    unknown = [s for s in shapes if s not in CLASS_SHAPES]
+    if unknown:
+        raise ValueError(f"unknown class shapes {unknown}: {', '.join(CLASS_SHAPES)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "episodes.jsonl"
+    done = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            done.add((row["task_id"], row["shape"], row["sample"]))
+    problems = class_eval_problems(split, fold, limit)
+    jobs = [
+        (problem, shape, sample)
+        for problem in problems
+        for sample in range(samples)
+        for shape in shapes  # interleaved: the machine's load falls on every shape alike
+        if (problem.task_id, shape, sample) not in done
+    ]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc="class episodes", unit="episode")
+    greedy = samples == 1
+    with path.open("a", encoding="utf-8") as f:
+        for problem, shape, sample in jobs:
+            episode = run_class_episode(
+                problem, policy, shape=shape, agents=agents,
+                temperature=0.0 if greedy else 0.8, top_p=1.0 if greedy else 0.95,
+                max_tokens=max_tokens, seed=None if greedy else 1000 * sample,
+            )  # fmt: skip
+            row = episode.summary() | {"sample": sample}
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    results = summarize(rows, shapes, agents) | {
+        "command": command,
+        "split": split,
+        "fold": fold,
+        "classes": [p.task_id for p in problems],
+        "samples": samples,
+        "max_tokens": max_tokens,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (out / "report.md").write_text(report(results), encoding="utf-8")
+    return results
+
+
+def _per_class(rows: list[dict], shape: str) -> dict[str, dict]:
+    """Per class (averaged over samples): method-level share, class passed, tokens, wall time."""
+    found: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["shape"] == shape:
+            found.setdefault(row["task_id"], []).append(row)
+    return {
+        task: {
+            "method": statistics.mean(
+                r["test_classes_passed"] / max(1, len(r["test_classes"])) for r in rs
+            ),
+            "class": statistics.mean(float(r["class_passed"]) for r in rs),
+            "tokens": statistics.mean(r["critical_path_tokens"] for r in rs),
+            "wall": statistics.mean(r["wall_s"] for r in rs),
+            "test_classes": sum(r["test_classes_passed"] for r in rs),
+            "test_classes_total": sum(len(r["test_classes"]) for r in rs),
+        }
+        for task, rs in found.items()
+    }
+
+
+def summarize(rows: list[dict], shapes: tuple[str, ...], agents: int) -> dict:
+    """Each shape's figures, and each team's paired tests against the better single form."""
+    from scipy.stats import binomtest, wilcoxon
+
+    per = {shape: _per_class(rows, shape) for shape in shapes}
+    figures = {}
+    for shape, classes in per.items():
+        if not classes:
+            continue
+        figures[shape] = {
+            "classes": len(classes),
+            "method_level": statistics.mean(c["method"] for c in classes.values()),
+            "test_classes_passed": sum(c["test_classes"] for c in classes.values()),
+            "test_classes_total": sum(c["test_classes_total"] for c in classes.values()),
+            "class_level": statistics.mean(c["class"] for c in classes.values()),
+            "critical_path_tokens": statistics.mean(c["tokens"] for c in classes.values()),
+            "wall_s": statistics.mean(c["wall"] for c in classes.values()),
+        }
+    singles = [s for s in SINGLE_FORMS if s in figures]
+    best = max(singles, key=lambda s: figures[s]["method_level"]) if singles else None
+    tests = {}
+    for shape in figures:
+        if shape in SINGLE_FORMS or best is None:
+            continue
+        shared = sorted(set(per[shape]) & set(per[best]))
+        team = [per[shape][t] for t in shared]
+        one = [per[best][t] for t in shared]
+        diffs = [a["method"] - b["method"] for a, b in zip(team, one, strict=True)]
+        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        nonzero = [d for d in diffs if d != 0]
+        only_team = sum(a["class"] > b["class"] for a, b in zip(team, one, strict=True))
+        only_single = sum(a["class"] < b["class"] for a, b in zip(team, one, strict=True))
+        tests[shape] = {
+            "against": best,
+            "classes": len(shared),
+            "method_level_diff": statistics.mean(diffs) if diffs else 0.0,
+            "better": better,
+            "worse": worse,
+            "sign_p": binomtest(better, better + worse).pvalue if better + worse else 1.0,
+            "wilcoxon_p": wilcoxon(nonzero).pvalue if len(nonzero) >= 1 else 1.0,
+            "class_only_team": only_team,
+            "class_only_single": only_single,
+            "mcnemar_p": binomtest(only_team, only_team + only_single).pvalue
+            if only_team + only_single
+            else 1.0,
+            "tokens_ratio": statistics.mean(a["tokens"] for a in team)
+            / max(1e-9, statistics.mean(b["tokens"] for b in one)),
+            "wall_ratio": statistics.mean(a["wall"] for a in team)
+            / max(1e-9, statistics.mean(b["wall"] for b in one)),
+        }
+    return {"agents": agents, "figures": figures, "best_single": best, "paired": tests}
+
+
+def report(results: dict) -> str:
+    """The results as a Markdown table, saying what every row shares."""
+    lines = [
+        "# Class teams against one agent (ClassEval)",
+        "",
+        f"Classes: {len(results['classes'])} ({results['split']}"
+        + (f", fold {results['fold']}" if results["fold"] else "")
+        + f"); {results['samples']} answer(s) per class and shape"
+        + (" (greedy)" if results["samples"] == 1 else " (T = 0.8, top-p 0.95)")
+        + f"; {results['max_tokens']} tokens per method. Every shape: the same openings (each "
+        "method begun with its head), budget and judge.",
+        "",
+        "| shape | method level (test classes) | class level | critical-path tokens | wall s |",
+        "|---|---|---|---|---|",
+    ]
+    for shape, f in results["figures"].items():
+        name = shape if shape in SINGLE_FORMS else f"{shape} ({results['agents']} agents)"
+        lines.append(
+            f"| {name} | {f['method_level']:.3f} ({f['test_classes_passed']}/"
+            f"{f['test_classes_total']}) | {f['class_level']:.3f} | "
+            f"{f['critical_path_tokens']:.0f} | {f['wall_s']:.1f} |"
+        )
+    lines += ["", f"Paired against the better single form ({results['best_single']}):", ""]
+    lines += [
+        "| team | method-level diff | better / worse (sign p, Wilcoxon p) | class only team / "
+        "only single (McNemar p) | tokens x | wall x |",
+        "|---|---|---|---|---|---|",
+    ]
+    for shape, t in results["paired"].items():
+        lines.append(
+            f"| {shape} | {t['method_level_diff']:+.3f} | {t['better']} / {t['worse']} "
+            f"({t['sign_p']:.3g}, {t['wilcoxon_p']:.3g}) | {t['class_only_team']} / "
+            f"{t['class_only_single']} ({t['mcnemar_p']:.3g}) | {t['tokens_ratio']:.2f} | "
+            f"{t['wall_ratio']:.2f} |"
+        )
+    if results.get("command"):
+        lines += ["", f"Command: `{results['command']}`"]
+    return "\n".join(lines) + "\n"
