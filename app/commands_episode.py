@@ -181,14 +181,16 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
     from agents.team.roles import SHAPES
     from learner.class_eval import run_class_eval
 
-    shapes = ("single", "single_incremental", "parallel") if args.shapes == SHAPES else args.shapes
+    shapes = args.shapes or SHAPES
+    shapes = ("single", "single_incremental", "parallel") if shapes == SHAPES else shapes
     try:
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
             results = run_class_eval(
-                policy, args.out, shapes=shapes, agents=args.agents, split=args.split,
-                fold=args.fold, limit=args.limit, samples=args.samples,
-                max_tokens=args.max_tokens, progress=not args.no_progress, command=command,
+                policy, args.out, shapes=shapes, agents=args.agents or 2,
+                split=args.split or "heldout", fold=args.fold, limit=args.limit,
+                samples=args.samples or 1, max_tokens=args.max_tokens or 256,
+                progress=not args.no_progress, command=command,
             )  # fmt: skip
     except (OSError, ValueError, PolicyError) as e:
         print(f"coteam eval: error: {e}", file=sys.stderr)

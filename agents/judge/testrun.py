@@ -47,6 +47,7 @@ class AssertResult:
     source: str
     passed: bool
     message: str = ""  # why it failed: the assert's message, or the exception, from the judge
+    test_class: str | None = None  # a unittest test's class
 
 
 @dataclass
@@ -82,7 +83,21 @@ class TestReport:
             "tests": [
                 {"source": r.source, "passed": r.passed, "message": r.message} for r in self.results
             ],
+            "test_classes": self.test_classes(),
         }
+
+    def test_classes(self) -> dict[str, dict]:
+        """Each unittest test class's figures: its tests passed and in all, and whether all passed
+        (as ClassEval counts a method); empty for tests of other forms."""
+        classes: dict[str, dict] = {}
+        for r in self.results:
+            if r.test_class is not None:
+                figures = classes.setdefault(r.test_class, {"passed": 0, "total": 0})
+                figures["passed"] += r.passed
+                figures["total"] += 1
+        for figures in classes.values():
+            figures["all_passed"] = figures["passed"] == figures["total"]
+        return classes
 
 
 def split_check(
@@ -111,6 +126,7 @@ class TestPlan:
     steps: list[list]
     units: list[str]
     bind: list[str]
+    groups: list[str | None] = field(default_factory=list)  # each unit's unittest class
 
 
 def plan_tests(test_code: str, entry_point: str | None = None) -> TestPlan:
@@ -153,11 +169,13 @@ def plan_tests(test_code: str, entry_point: str | None = None) -> TestPlan:
     program = _reaching(body, {candidate, entry_point or candidate, *bind})
     steps: list[list] = []
     units: list[str] = []
+    groups: list[str | None] = []
 
     def add(counts: bool, kind: str, payload: str, shown: str) -> None:
         steps.append([len(units) if counts else None, kind, payload])
         if counts:
             units.append(shown)
+            groups.append(payload.split(".")[0] if kind == "unittest" else None)
 
     for statement in body:
         if isinstance(statement, ast.ClassDef | ast.FunctionDef) and statement in module:
@@ -179,7 +197,7 @@ def plan_tests(test_code: str, entry_point: str | None = None) -> TestPlan:
             "the tests hold no test: asserts, a `def check(candidate)`, `def test_*()` functions "
             "or unittest.TestCase classes"
         )
-    return TestPlan(setup, candidate, steps, units, bind)
+    return TestPlan(setup, candidate, steps, units, bind, groups)
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -291,7 +309,7 @@ def run_tests(
     max_timeouts: int = 3,
     limits: Limits | None = None,
     given: str = "",
-    shared: bool = False,
+    shared: bool | None = None,
 ) -> TestReport:
     """Judge a task's tests on `program`, one test at a time (see the module's docstring).
 
@@ -300,9 +318,10 @@ def run_tests(
     counted test (see `split_check`) gets `timeout` seconds; after `max_timeouts` timeouts the
     rest count as failed (as in MAGRPO). Both processes run with `limits`, by default enough wall
     time for every timeout. Raises ValueError when the tests do not parse; never for anything the
-    program does. With `shared`, both processes work in one scratch folder (tests that write a
-    file for the program to read, or read what it wrote), which holds nothing of the tests but
-    what they write there. Raises ValueError as well for an entry point that is a builtin's name or one
+    program does. With `shared` (by default: when the tests hold unittest classes or pytest
+    functions), both processes work in one scratch folder (tests that write a file for the
+    program to read, or read what it wrote), which holds nothing of the tests but what they
+    write there. Raises ValueError as well for an entry point that is a builtin's name or one
     the tests or `given` define (see `check_entry_point`).
     """
     check_entry_point(entry_point, test_code, given)
@@ -310,6 +329,8 @@ def run_tests(
     if limits is None:
         budget = timeout * (max_timeouts + 1) + STARTUP_S
         limits = Limits(wall_seconds=budget, cpu_seconds=int(budget) + 1)
+    if shared is None:
+        shared = any(kind in ("call", "unittest") for _, kind, _ in plan.steps)
     if not shared:
         return _judge(program, plan, entry_point, given, timeout, max_timeouts, limits, None)
     with shared_folder(limits) as folder:
@@ -383,7 +404,10 @@ def _judge(
     finally:
         stop.set()
         thread.join()
-    return _report(judged, served.get("run"), units)
+    report = _report(judged, served.get("run"), units)
+    for result, group in zip(report.results, plan.groups, strict=True):
+        result.test_class = group
+    return report
 
 
 def _harness(name: str) -> str:

@@ -287,13 +287,8 @@ def judge_class(problem: ClassProblem, program: str, timeout: float = 3.0) -> Cl
         program, problem.tests, problem.class_name, timeout=timeout, max_timeouts=5,
         given=problem.imports, shared=True,
     )  # fmt: skip
-    counts: dict[str, list[int]] = {}
-    for result in report.results:
-        test_class = result.source.split(".", 1)[0]
-        seen = counts.setdefault(test_class, [0, 0])
-        seen[0] += result.passed
-        seen[1] += 1
-    return ClassReport(report, {name: (p, t) for name, (p, t) in counts.items()})
+    counts = {name: (f["passed"], f["total"]) for name, f in report.test_classes().items()}
+    return ClassReport(report, counts)
 
 
 # -- the class team ------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ def decode(encoded, handle=None):
             if tag in _SEQUENCE_TYPES and type(payload) is list:
                 return _SEQUENCE_TYPES[tag](walk(item, depth + 1) for item in payload)
             if tag in _MAPPING_TYPES and type(payload) is list:
-                return _MAPPING_TYPES[tag](_pairs(payload, walk, depth))
+                return _MAPPING_TYPES[tag](dict(_pairs(payload, walk, depth)))
             if tag == "dd" and type(payload) is list and len(payload) == 2:
                 factory = payload[0]
                 if not (factory is None or (type(factory) is str and factory.isidentifier())):

@@ -1,0 +1,317 @@
+"""Class-level co-coding (agents/kinds/classes.py): the vendored ClassEval classes, dealing,
+openings, merging, the judge on classes (handles: the program keeps its objects) against honest
+and hostile programs, and the class reward on hand-made outputs."""
+
+import ast
+import json
+import textwrap
+
+import pytest
+
+from agents.judge.harness.codec import NotPlain, decode, encode
+from agents.judge.testrun import run_tests
+from agents.kinds.classes import (
+    ClassEpisode,
+    MethodStep,
+    class_problem,
+    class_problems,
+    class_reward,
+    class_splits,
+    deal,
+    judge_class,
+    merge,
+    opening,
+    run_class_episode,
+    user_class_problem,
+)
+from agents.serving.policy import Completion
+
+
+def test_the_vendored_classes_parse_and_split_by_class():
+    problems = class_problems()
+    assert len(problems) == 64 and sum(len(p.methods) for p in problems) == 259
+    for problem in problems:  # the three mended ones included
+        ast.parse(problem.skeleton)
+    for fold in (None, "1/4", "4/4"):
+        parts = class_splits(fold)
+        ids = [p.task_id for part in parts.values() for p in part]
+        assert sorted(ids) == sorted(p.task_id for p in problems), fold
+        assert len(set(ids)) == 64
+    held_out = [p.task_id for i in range(1, 5) for p in class_splits(f"{i}/4")["held_out"]]
+    assert sorted(held_out) == sorted(p.task_id for p in problems)
+
+
+def test_methods_are_dealt_round_the_agents_and_begun_with_their_heads():
+    problem = class_problem("ClassEval_46")  # Interpolation: static methods
+    assert deal(problem, 4) == [["interpolate_1d"], ["interpolate_2d"]]  # never more than methods
+    assert opening(problem, "interpolate_2d") == (
+        "    @staticmethod\n    def interpolate_2d(x, y, z, x_interp, y_interp):\n"
+    )
+    problem = class_problem(4)
+    dealt = deal(problem, 2)
+    assert [m for part in dealt for m in part] != list(problem.methods)  # interleaved
+    assert sorted(m for part in dealt for m in part) == sorted(problem.methods)
+
+
+def test_merging_takes_each_agents_own_methods_by_name_and_reports_the_rest():
+    problem = user_class_problem(
+        "class Counter:\n    def __init__(self):\n        self.n = 0\n\n"
+        "    def add(self, k):\n        '''Add k.'''\n\n    def total(self):\n        '''The sum.'''\n",
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_add(self):\n"
+        "        c = Counter()\n        c.add(2)\n        self.assertEqual(c.total(), 2)\n",
+    )
+    replies = [
+        "    def add(self, k):\n        self.n += k\n\n    def total(self):\n        return -1\n",
+        "def total(self):\n    return self.n\n",
+    ]
+    merged = merge(problem, replies, [["add"], ["total"]])
+    assert merged.dropped == [(0, "total")] and merged.missing == []
+    assert judge_class(problem, merged.program).all_passed
+    merged = merge(
+        problem, ["    def add(self, k):\n        self.n += k\n", ""], [["add"], ["total"]]
+    )
+    assert merged.missing == ["total"] and not judge_class(problem, merged.program).all_passed
+
+
+@pytest.mark.parametrize("task_id", ["ClassEval_0", "ClassEval_4", "ClassEval_26", "ClassEval_67"])
+def test_canonical_classes_pass_through_the_judge(task_id):
+    """Handles, attributes the tests change, files the tests write for the program (26)."""
+    problem = class_problem(task_id)
+    verdict = judge_class(problem, problem.program(problem.solution))
+    assert verdict.all_passed, verdict.report.results
+
+
+HOSTILE_TESTS = textwrap.dedent(
+    """
+    import unittest
+
+    class BoxTest(unittest.TestCase):
+        def test_value(self):
+            self.assertEqual(Box(3).value(), 3)
+
+        def test_double(self):
+            self.assertEqual(Box(3).double(), [6])
+
+        def test_chain(self):
+            box = Box(1)
+            self.assertIs(box.same(), box)
+            self.assertEqual(box.same().value(), 1)
+
+        def test_import(self):
+            import csv
+            self.assertTrue(hasattr(csv, "DictReader"))
+
+        def test_last(self):
+            self.assertEqual(Box(2).value(), 2)
+    """
+)
+
+HONEST_BOX = textwrap.dedent(
+    """
+    class Box:
+        def __init__(self, x):
+            self.x = x
+
+        def value(self):
+            return self.x
+
+        def double(self):
+            return [2 * self.x]
+
+        def same(self):
+            return self
+    """
+)
+
+# each is wrong about value() and double(); the judge must not let it pass what it fails
+HOSTILE_BOXES = {
+    "equals_anything": """
+class Anything:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+class Box:
+    def __init__(self, x):
+        self.x = x
+    def value(self):
+        return Anything()
+    def double(self):
+        return Anything()
+    def same(self):
+        return Anything()
+""",
+    "plain_type_that_lies": """
+class Liar(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+class Lister(list):
+    def __eq__(self, other):
+        return True
+class Box:
+    def __init__(self, x):
+        self.x = x
+    def value(self):
+        return Liar(0)
+    def double(self):
+        return Lister()
+    def same(self):
+        return Box(self.x)
+""",
+    "patches_unittest_and_plants_modules": """
+import unittest
+unittest.TestCase.assertEqual = lambda *a, **k: None
+unittest.TestCase.assertIs = lambda *a, **k: None
+for name in ("csv.py", "unittest.py"):
+    with open(name, "w") as f:
+        f.write("DictReader = None\\nraise SystemExit(0)\\n")
+class Box:
+    def __init__(self, x):
+        self.x = x
+    def value(self):
+        return 0
+    def double(self):
+        return []
+    def same(self):
+        return None
+""",
+}
+
+
+def test_honest_class_passes_every_test_through_handles():
+    report = run_tests(HONEST_BOX, HOSTILE_TESTS, "Box", timeout=2.0)
+    assert (report.passed, report.total) == (5, 5), report.results
+    assert report.test_classes() == {"BoxTest": {"passed": 5, "total": 5, "all_passed": True}}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_BOXES))
+def test_hostile_classes_pass_nothing_they_fail(name):
+    report = run_tests(HOSTILE_BOXES[name], HOSTILE_TESTS, "Box", timeout=2.0)
+    passed = {r.source.split(".")[1]: r.passed for r in report.results}
+    assert passed == {
+        "test_value": False, "test_double": False, "test_chain": False,
+        "test_import": True, "test_last": name == "plain_type_that_lies" and False,
+    }, report.results  # fmt: skip
+
+
+def test_an_exit_in_the_middle_fails_the_tests_not_yet_judged():
+    program = HONEST_BOX.replace("return [2 * self.x]", "import os\n        os._exit(0)")
+    report = run_tests(program, HOSTILE_TESTS, "Box", timeout=2.0)
+    # test_import needs nothing of the program
+    assert [r.passed for r in report.results] == [True, False, False, True, False]
+
+
+def test_the_codec_carries_dates_decimals_deques_and_builtin_types():
+    import collections
+    import datetime
+    import decimal
+
+    value = [
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 6), datetime.date(2024, 2, 29),
+        datetime.time(23, 59), datetime.timedelta(days=-1, seconds=5), decimal.Decimal("1.10"),
+        collections.deque([1, 2], maxlen=3), collections.OrderedDict(a=1),
+        collections.Counter("aab"), collections.defaultdict(list, {"k": [1]}), int, str,
+    ]  # fmt: skip
+    back = decode(json.loads(json.dumps(encode(value))))
+    assert back == value and [type(v) for v in back] == [type(v) for v in value]
+    assert back[5].maxlen == 3 and back[8].default_factory is list
+    for bad in (["T", "eval"], ["dd", ["eval", []]], ["h", [1, "X", "object", None]]):
+        with pytest.raises(NotPlain):
+            decode(bad)
+
+
+def _episode(problem, program, dealt, tokens):
+    steps = [
+        MethodStep(a, m, "", "", tokens, 0.0) for a, methods in enumerate(dealt) for m in methods
+    ]
+    merged = merge(problem, [""] * len(dealt), dealt)
+    merged.program = program
+    return ClassEpisode(
+        problem, "parallel", dealt, steps, merged, judge_class(problem, program), 1.0
+    )
+
+
+def test_the_class_reward_ranks_hand_made_classes_as_a_person_would():
+    """The whole canonical class (get_top_student calls its teammate's get_gpa) above the same
+    class with get_gpa's work copied into get_top_student, above a class with get_top_student
+    wrong, above methods that only parse."""
+    problem = class_problem(4)
+    dealt = deal(problem, 2)
+    canonical = problem.program(problem.solution)
+    assert "self.get_gpa(" in canonical
+    duplicated = canonical.replace(
+        "self.get_gpa(name)",
+        "(sum(self.students[name]['courses'].values()) / len(self.students[name]['courses']) "
+        "if self.students[name]['courses'] else None)",
+    )
+    wrong = canonical.replace("top_student = name", "top_student = None")
+    cls = next(n for n in ast.parse(canonical).body if isinstance(n, ast.ClassDef))
+    for method in cls.body:
+        if isinstance(method, ast.FunctionDef) and method.name != "__init__":
+            method.body = [ast.Pass()]
+    stubbed = ast.unparse(cls)
+    rewards = [
+        class_reward(_episode(problem, program, dealt, 60))
+        for program in (canonical, duplicated, wrong, stubbed)
+    ]
+    assert rewards[0]["calls"] == {"get_top_student": True}
+    assert rewards[1]["calls"] == {"get_top_student": False}
+    assert rewards[0]["tests"] == rewards[1]["tests"] == 1.0
+    totals = [r["reward"] for r in rewards]
+    assert totals[0] > totals[1] > totals[2] > totals[3], rewards
+    assert rewards[3]["reward"] == 0.0  # nothing for methods that only parse
+
+
+class Scripted:
+    """Writes each method as the canonical class has it (a scripted policy: graph logic only)."""
+
+    def __init__(self, problem):
+        self.lines = problem.program(problem.solution).splitlines()
+        cls = next(n for n in ast.parse("\n".join(self.lines)).body if isinstance(n, ast.ClassDef))
+        self.methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+        self.requests = []
+
+    def generate(self, requests, on_token=None):
+        self.requests += requests
+        out = []
+        for request in requests:
+            name = request.messages[-1]["content"].split("def ", 1)[1].split("(")[0]
+            node = self.methods[name]
+            body = "\n".join(self.lines[node.body[0].lineno - 1 : node.end_lineno]) + "\n"
+            out.append(Completion(body, None, 10, 7, 0.0, 0.0, "stop"))
+        return out
+
+
+@pytest.mark.parametrize(
+    "shape", ["single", "single_incremental", "parallel", "sequential_pipeline"]
+)
+def test_every_shape_writes_every_method_from_the_same_opening(shape):
+    problem = class_problem(4)
+    policy = Scripted(problem)
+    episode = run_class_episode(problem, policy, shape=shape, agents=2)
+    assert episode.verdict.all_passed
+    assert sorted(s.method for s in episode.steps) == sorted(problem.methods)
+    for request in policy.requests:  # the reply begun with the method's head, and nothing more
+        name = request.messages[-1]["content"].split("def ", 1)[1].split("(")[0]
+        assert request.messages[-1]["content"] == opening(problem, name)
+    seen = [("Methods already written" in r.messages[1]["content"]) for r in policy.requests]
+    if shape == "single_incremental":
+        assert seen == [False] + [True] * (len(problem.methods) - 1)
+    elif shape == "sequential_pipeline":
+        assert seen == [False] * 3 + [True] * 3  # agent 2 sees agent 1's methods
+    else:
+        assert not any(seen)  # decentralized: each agent sees the skeleton and its own ask
+    size = 1 if shape.startswith("single") else 2
+    assert episode.critical_path_tokens == 7 * len(problem.methods) // size
+
+
+@pytest.mark.integration
+def test_a_class_team_on_the_real_model(policy):
+    problem = class_problem("ClassEval_46")
+    episode = run_class_episode(problem, policy, shape="parallel", agents=2, max_tokens=160)
+    summary = episode.summary()
+    assert [m["method"] for m in summary["methods"]] == ["interpolate_1d", "interpolate_2d"]
+    assert all(m["text"].startswith(m["opening"]) for m in summary["methods"])
+    assert set(summary["test_classes"]) == set(problem.test_classes)
+    assert summary["critical_path_tokens"] == max(m["tokens"] for m in summary["methods"])
+    ast.parse(summary["program"])
