@@ -168,18 +168,26 @@ def server_options(p: argparse.ArgumentParser, default_model: str) -> None:
 def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -> None:
     """episode and eval (app/commands_episode.py)."""
     p = sub.add_parser("episode", help="run one episode of a team on a task and record it")
-    p.add_argument("--task", required=True, choices=["coding", "writing"], help="kind of task")
+    p.add_argument(
+        "--task",
+        required=True,
+        choices=["coding", "writing", "class"],
+        help="kind of task (class: a class whose methods the agents divide; not recorded yet)",
+    )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--problem",
         help="a curated task: a HumanEval number (coding), xsum/<id>, abstracts/<id> or "
-        "longform/<id> (writing)",
+        "longform/<id> (writing), ClassEval_<n> (class)",
     )
     source.add_argument(
         "--prompt", help="your own task: a signature with a docstring (coding) or a request"
     )
     source.add_argument("--prompt-file", help="read your own task from this file")
-    p.add_argument("--tests-file", help="tests of your own coding problem (Python asserts)")
+    p.add_argument(
+        "--tests-file",
+        help="tests of your own coding problem (Python asserts) or class (unittest classes)",
+    )
     p.add_argument(
         "--section",
         action="append",
@@ -197,8 +205,8 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument(
         "--shape",
         default="parallel",
-        choices=SHAPES,
-        help="team shape (default parallel)",
+        choices=dict.fromkeys([*SHAPES, "single_incremental"]),
+        help="team shape (default parallel; single_incremental: class only)",
     )
     p.add_argument(
         "--agents", type=int, choices=range(1, 5), help="team size (default 2; single has 1)"

@@ -111,6 +111,8 @@ def cmd_episode(args: argparse.Namespace) -> int:
     if not args.verbose:  # a log line per HTTP request would drown the streamed text
         logging.getLogger().setLevel(logging.WARNING)
     allow_weak_sandbox(args)
+    if args.task == "class":
+        return class_episode(args)
     try:
         prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
         tests = Path(args.tests_file).read_text() if args.tests_file else None
@@ -172,6 +174,65 @@ def cmd_episode(args: argparse.Namespace) -> int:
             f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
             f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written{scored}"
         )
+    return 0
+
+
+def class_episode(args: argparse.Namespace) -> int:
+    """`coteam episode --task class`: a class team's episode (agents/kinds/classes.py), streamed
+    or as JSON; the base model unless --adapter names versions."""
+    import json
+    from pathlib import Path
+
+    from agents.kinds.classes import class_problem, run_class_episode, user_class_problem
+    from agents.serving.policy import PolicyError
+
+    try:
+        if args.problem:
+            problem = class_problem(args.problem)
+        else:
+            if not args.tests_file:
+                raise ValueError("your own class needs --tests-file (unittest classes)")
+            skeleton = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
+            problem = user_class_problem(skeleton, Path(args.tests_file).read_text())
+        adapters: list[str | None] = [None] * 4
+        for item in args.adapter:
+            agent, _, name = item.partition("=")
+            if not agent.isdigit() or not 1 <= int(agent) <= 4 or not name:
+                raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
+            adapters[int(agent) - 1] = name
+
+        def show(event: dict) -> None:
+            if event["event"] == "agent_start":
+                print(f"\n── agent {event['agent'] + 1}: {event['method']}", flush=True)
+            elif event["event"] == "token":
+                print(event["text"], end="", flush=True)
+
+        with contextlib.ExitStack() as stack:
+            policy = episode_policy(args, stack)
+            episode = run_class_episode(
+                problem, policy, shape=args.shape, agents=args.agents or 2, adapters=adapters,
+                temperature=0.0 if args.greedy else (args.temperature or 0.8),
+                top_p=1.0 if args.greedy else (args.top_p or 0.95),
+                max_tokens=args.max_tokens or 256, seed=args.seed,
+                on_event=None if args.json or args.shape == "parallel" else show,
+            )  # fmt: skip
+    except (OSError, ValueError, PolicyError) as e:
+        print(f"coteam episode: error: {e}", file=sys.stderr)
+        return 1
+    summary = episode.summary()
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+        return 0
+    if args.shape == "parallel":  # agents wrote at once: each one's methods, in turn
+        for method in summary["methods"]:
+            print(f"\n── agent {method['agent']}: {method['method']}\n{method['text']}")
+    print("\n── the class, merged and judged")
+    for name, (passed, total) in summary["test_classes"].items():
+        print(f"{'ok  ' if passed == total else 'FAIL'} {name}: {passed}/{total}")
+    print(
+        f"{summary['test_classes_passed']} of {len(summary['test_classes'])} test classes "
+        f"passed; critical path {summary['critical_path_tokens']} tokens, {summary['wall_s']} s"
+    )
     return 0
 
 

@@ -306,12 +306,20 @@ def test_every_shape_writes_every_method_from_the_same_opening(shape):
 
 
 @pytest.mark.integration
-def test_a_class_team_on_the_real_model(policy):
+def test_a_class_team_on_the_real_model_from_the_cli(vllm_server, model_path, capsys):
+    """`coteam episode --task class --json`: each method begun with its head, merged, judged."""
+    from app.cli import main
+
     problem = class_problem("ClassEval_46")
-    episode = run_class_episode(problem, policy, shape="parallel", agents=2, max_tokens=160)
-    summary = episode.summary()
+    args = ["episode", "--task", "class", "--problem", "ClassEval_46", "--greedy", "--json"]
+    server = ["--vllm-url", vllm_server.url, "--model", str(model_path)]
+    assert main([*args, "--max-tokens", "160", *server]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["dealt"] == [["interpolate_1d"], ["interpolate_2d"]]
     assert [m["method"] for m in summary["methods"]] == ["interpolate_1d", "interpolate_2d"]
-    assert all(m["text"].startswith(m["opening"]) for m in summary["methods"])
+    for method in summary["methods"]:
+        assert method["text"].startswith(method["opening"])
+        assert method["opening"] == opening(problem, method["method"])
     assert set(summary["test_classes"]) == set(problem.test_classes)
     assert summary["critical_path_tokens"] == max(m["tokens"] for m in summary["methods"])
     ast.parse(summary["program"])

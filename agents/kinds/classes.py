@@ -303,8 +303,21 @@ ASK = (
     "Write the method `{method}` of `{class_name}`. Use the other methods of the class where "
     "its docstring calls for them{who}. Reply with the method only."
 )
-# a method's reply ends where the model starts another member, leaves the class or the block
-STOPS = ["\n    def ", "\n    @", "\nclass ", "\n```", "\nif __name__", "\n# "]
+# a method's reply ends where the model leaves the block, or (`method_end`) the method
+STOPS = ["\n```"]
+
+
+def method_end(text: str) -> int | None:
+    """Where a method's body ends in the completion so far: at the first whole line indented
+    no more than the method's head (another member, the class left), else None."""
+    position = 0
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            return None
+        if line.strip() and len(line) - len(line.lstrip()) <= 4:
+            return position
+        position += len(line)
+    return None
 
 
 @dataclass(frozen=True)
@@ -442,6 +455,7 @@ def _write_methods(team: ClassTeam, agent: int, before: list[MethodStep]) -> lis
             top_p=team.top_p,
             seed=None if team.seed is None else team.seed + agent,
             stop=STOPS,
+            stop_when=method_end,
         )
         stream = lambda _, piece: write({"event": "token", "agent": agent, "text": piece})  # noqa: E731
         [completion] = team.policy.generate([request], on_token=stream)
