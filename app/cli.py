@@ -93,6 +93,20 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
     p.add_argument("--vllm-url", help="also check this vLLM server's health")
     p.set_defaults(func=cmd_doctor)
 
+    _add_check_command(sub)
+
+    p = sub.add_parser(
+        "export", help="export episodes (turns, rewards, ratings) and preference pairs as a dataset"
+    )
+    p.add_argument("--format", required=True, choices=["jsonl", "parquet"])
+    p.add_argument("--out", required=True, help="folder to write episodes.* and preferences.* into")
+    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_export)
+
+
+def _add_check_command(sub: argparse._SubParsersAction) -> None:
+    """check (app/commands_serve.py): a module against tests, through the team's runner."""
     p = sub.add_parser(
         "check", help="run a module against tests in the sandbox (the runner the team uses)"
     )
@@ -126,15 +140,6 @@ def _add_app_commands(sub: argparse._SubParsersAction, default_model: str) -> No
         help="as an ordinary user, run generated code with the weak sandbox (prints a warning)",
     )
     p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser(
-        "export", help="export episodes (turns, rewards, ratings) and preference pairs as a dataset"
-    )
-    p.add_argument("--format", required=True, choices=["jsonl", "parquet"])
-    p.add_argument("--out", required=True, help="folder to write episodes.* and preferences.* into")
-    p.add_argument("--db", help="database file (default: $COTEAM_HOME/coteam.db)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_export)
 
 
 def rating_limit_options(p: argparse.ArgumentParser) -> None:

@@ -103,14 +103,10 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.tasks import find_task
     from agents.team.graph import GREEDY, Sampling
     from agents.team.roles import default_max_tokens, load_prompts
-    from app.commands_serve import allow_weak_sandbox
     from learner.episode import EpisodeSetup, ScoringError, play
     from learner.registry import RegistryError
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
-    if not args.verbose:  # a log line per HTTP request would drown the streamed text
-        logging.getLogger().setLevel(logging.WARNING)
-    allow_weak_sandbox(args)
+    prepare_episode(args)
     if args.task == "class":
         return class_episode(args)
     try:
@@ -177,13 +173,25 @@ def cmd_episode(args: argparse.Namespace) -> int:
     return 0
 
 
+def prepare_episode(args: argparse.Namespace) -> None:
+    """What every episode command sets first: SIGTERM stops the managed server too, quiet request
+    logs, the sandbox's mode."""
+    from app.commands_serve import allow_weak_sandbox
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # still stop the managed server
+    if not args.verbose:  # a log line per HTTP request would drown the streamed text
+        logging.getLogger().setLevel(logging.WARNING)
+    allow_weak_sandbox(args)
+
+
 def class_episode(args: argparse.Namespace) -> int:
     """`coteam episode --task class`: a class team's episode (agents/kinds/classes.py), streamed
     or as JSON; the base model unless --adapter names versions."""
     import json
     from pathlib import Path
 
-    from agents.kinds.classes import class_problem, run_class_episode, user_class_problem
+    from agents.kinds.class_team import run_class_episode
+    from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
 
     try:

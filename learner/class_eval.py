@@ -24,7 +24,8 @@ import json
 import statistics
 from pathlib import Path
 
-from agents.kinds.classes import CLASS_SHAPES, class_splits, run_class_episode
+from agents.kinds.class_team import CLASS_SHAPES, run_class_episode
+from agents.kinds.classes import class_splits
 
 SINGLE_FORMS = ("single", "single_incremental")
 SPLITS = {"heldout": "held_out", "train": "train", "all": None}

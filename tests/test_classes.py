@@ -10,18 +10,15 @@ import pytest
 
 from agents.judge.harness.codec import NotPlain, decode, encode
 from agents.judge.testrun import run_tests
+from agents.kinds.class_team import ClassEpisode, MethodStep, class_reward, run_class_episode
 from agents.kinds.classes import (
-    ClassEpisode,
-    MethodStep,
     class_problem,
     class_problems,
-    class_reward,
     class_splits,
     deal,
     judge_class,
     merge,
     opening,
-    run_class_episode,
     user_class_problem,
 )
 from agents.serving.policy import Completion

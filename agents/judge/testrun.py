@@ -410,10 +410,17 @@ def _judge(
     return report
 
 
+# the files each harness program is joined from, in order: one module, passed as text
+HARNESS_FILES = {
+    "candidate.py": ("codec.py", "candidate.py"),
+    "judge.py": ("codec.py", "program.py", "guard.py", "judge.py"),
+}
+
+
 def _harness(name: str) -> str:
-    """A harness program: the codec, then the file's own text (one module, passed as text)."""
-    codec = (HARNESS / "codec.py").read_text(encoding="utf-8")
-    return codec + "\n\n" + (HARNESS / name).read_text(encoding="utf-8")
+    """A harness program: the codec, then the files of its own (one module, passed as text)."""
+    parts = [(HARNESS / part).read_text(encoding="utf-8") for part in HARNESS_FILES[name]]
+    return "\n\n".join(parts)
 
 
 def _report(

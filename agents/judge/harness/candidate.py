@@ -104,28 +104,39 @@ def serve():
         send({"load_error": describe(e)})
         return
     send({"ready": sorted(k for k, v in ns.items() if type(k) is str and callable(v))})
-    per_call = job["per_call"]
-    table, ids = {}, {}  # handle -> the program's object, id(object) -> handle
+    answer(requests, ns, job["per_call"], send)
 
-    def register(obj):
+
+class Objects:
+    """The program's objects the judge holds handles to: number -> object, kept alive."""
+
+    def __init__(self):
+        self.table, self.ids = {}, {}
+
+    def register(self, obj):
         """The handle of one of the program's objects: [number, name, kind, builtin base]."""
-        number = ids.get(id(obj))
+        number = self.ids.get(id(obj))
         if number is None:
-            number = ids[id(obj)] = len(table) + 1
-            table[number] = obj  # kept alive, so its id is not reused
+            number = self.ids[id(obj)] = len(self.table) + 1
+            self.table[number] = obj  # kept alive, so its id is not reused
         if isinstance(obj, type):
             if issubclass(obj, BaseException):
                 return [number, obj.__name__[:60], "exception", builtin_base(obj)]
             return [number, obj.__name__[:60], "class", None]
         return [number, type(obj).__name__[:60], "callable" if callable(obj) else "object", None]
 
-    def lookup(payload):
+    def lookup(self, payload):
         if not (type(payload) is list and payload and type(payload[0]) is int):
             raise NotPlain("not a handle")
-        if payload[0] not in table:
+        if payload[0] not in self.table:
             raise NotPlain("an unknown handle")
-        return table[payload[0]]
+        return self.table[payload[0]]
 
+
+def answer(requests, ns, per_call, send):
+    """Answer the judge's requests, one at a time, until it closes the pipe."""
+    objects = Objects()
+    register, lookup = objects.register, objects.lookup
     operations = {
         "call": lambda target, name, a, k: (target if target is not None else ns[name])(*a, **k),
         "global": lambda target, name, a, k: ns[name],
