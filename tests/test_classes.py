@@ -41,9 +41,11 @@ def test_the_vendored_classes_parse_and_split_by_class():
 def test_methods_are_dealt_round_the_agents_and_begun_with_their_heads():
     problem = class_problem("ClassEval_46")  # Interpolation: static methods
     assert deal(problem, 4) == [["interpolate_1d"], ["interpolate_2d"]]  # never more than methods
-    assert opening(problem, "interpolate_2d") == (
+    begun = opening(problem, "interpolate_2d")
+    assert begun.startswith(
         "    @staticmethod\n    def interpolate_2d(x, y, z, x_interp, y_interp):\n"
     )
+    assert begun.rstrip().endswith('"""') and "Linear interpolation of two-dimensional" in begun
     problem = class_problem(4)
     dealt = deal(problem, 2)
     assert [m for part in dealt for m in part] != list(problem.methods)  # interleaved

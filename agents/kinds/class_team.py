@@ -41,6 +41,9 @@ ASK = (
     "Write the method `{method}` of `{class_name}`. Use the other methods of the class where "
     "its docstring calls for them{who}. Reply with the method only."
 )
+# characters of a method's view (skeleton, methods already written, opening): with the reply's
+# budget, within the 0.5B model's 2,048-token window (about 3.3 characters a token of code)
+PROMPT_CHARS = 5800
 # a method's reply ends where the model leaves the block, or (`method_end`) the method
 STOPS = ["\n```"]
 
@@ -147,8 +150,15 @@ def method_messages(team: ClassTeam, agent: int, method: str, seen: list[MethodS
     method's head."""
     problem = team.problem
     parts = [f"The class, as a skeleton:\n```python\n{problem.skeleton.strip()}\n```"]
-    if seen:
-        written = "\n\n".join(s.text.rstrip() for s in seen)
+    room = PROMPT_CHARS - len(parts[0]) - len(opening(problem, method))
+    shown = []
+    for step in reversed(seen):  # the latest first; the oldest left out when they do not fit
+        room -= len(step.text) + 2
+        if room < 0:
+            break
+        shown.insert(0, step.text.rstrip())
+    if shown:
+        written = "\n\n".join(shown)
         parts.append(f"Methods already written:\n```python\n{written}\n```")
     mine = team.dealt[agent]
     who = (

@@ -12,8 +12,8 @@ per test class.
 - Dealing (`deal`): the methods round the agents in the skeleton's order, so every agent gets at
   least one and neighbours (which often call each other) go to different agents; a team is never
   larger than the class's methods.
-- Opening (`opening`): each method's reply is begun with that method's head exactly as the
-  skeleton gives it (its decorators and `def` line), and nothing more.
+- Opening (`opening`): each method's reply is begun with that method exactly as the skeleton
+  gives it (its decorators, `def` line and docstring), and nothing more.
 - Merging (`merge`): each agent's reply is parsed; the methods it was dealt replace the
   skeleton's by name; any other method it wrote is dropped and reported, never chosen.
 - Judging (`judge_class`): the tests run in the judge's process with its own `unittest`; the
@@ -186,14 +186,14 @@ def deal(problem: ClassProblem, agents: int) -> list[list[str]]:
 
 
 def opening(problem: ClassProblem, method: str) -> str:
-    """The method's head exactly as the skeleton gives it: its decorators and its `def` line(s),
-    indented as in the class, ending with a newline."""
+    """The method exactly as the skeleton gives it: its decorators, its `def` line and its
+    docstring, indented as in the class, ending with a newline; the agent writes the body.
+    (Begun with the `def` line alone, the 0.5B model copies the docstring and stops.)"""
     node = method_nodes(class_node(problem.skeleton, problem.class_name))[method]
     lines = problem.skeleton.splitlines()
     first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-    last = node.body[0].lineno - 1 if node.body else node.lineno
-    head = lines[first:last]
-    while head and not head[-1].rstrip().endswith(":"):  # a docstring's line, not the head's
+    head = lines[first : node.end_lineno]
+    while head and not head[-1].strip():
         head.pop()
     return "\n".join(head) + "\n"
 
