@@ -37,9 +37,11 @@ SYSTEM = (
     "its docstring specifies, and you use the class's other methods and fields as the skeleton "
     "documents them."
 )
+# the same for every shape and agent: an untrained team writes each method as one agent would,
+# and what a trained agent does differently is its own (its adapter)
 ASK = (
     "Write the method `{method}` of `{class_name}`. Use the other methods of the class where "
-    "its docstring calls for them{who}. Reply with the method only."
+    "its docstring calls for them. Reply with the method only."
 )
 # characters of a method's view (skeleton, methods already written, opening): with the reply's
 # budget, within the 0.5B model's 2,048-token window (about 3.3 characters a token of code)
