@@ -14,8 +14,9 @@ class:
 - critical-path tokens (the most any one agent wrote) and wall time per class: the ratio of the
   means, team over single.
 
-Writes `episodes.jsonl` (one line per class, shape and sample: the episode's summary; a run
-started again skips what is there), `results.json` and `report.md` to `out`.
+Writes `episodes.jsonl` (one line per class, shape, team size and sample: the episode's summary;
+a run started again, or with another `--agents`, skips what is there), and
+`results-agentsN-samplesK.json` and `report-agentsN-samplesK.md` to `out`.
 """
 
 from __future__ import annotations
@@ -71,14 +72,14 @@ def run_class_eval(
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
-            done.add((row["task_id"], row["shape"], row["sample"]))
+            done.add((row["task_id"], row["shape"], row["sample"], len(row["dealt"])))
     problems = class_eval_problems(split, fold, limit)
     jobs = [
         (problem, shape, sample)
         for problem in problems
         for sample in range(samples)
         for shape in shapes  # interleaved: the machine's load falls on every shape alike
-        if (problem.task_id, shape, sample) not in done
+        if (problem.task_id, shape, sample, team_size(problem, shape, agents)) not in done
     ]
     bar = None
     if progress:
@@ -101,6 +102,11 @@ def run_class_eval(
     if bar is not None:
         bar.close()
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    sizes = {(p.task_id, s): team_size(p, s, agents) for p in problems for s in shapes}
+    rows = [
+        r for r in rows
+        if sizes.get((r["task_id"], r["shape"])) == len(r["dealt"]) and r["sample"] < samples
+    ]  # fmt: skip
     results = summarize(rows, shapes, agents) | {
         "command": command,
         "split": split,
@@ -109,9 +115,16 @@ def run_class_eval(
         "samples": samples,
         "max_tokens": max_tokens,
     }
-    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (out / "report.md").write_text(report(results), encoding="utf-8")
+    name = f"agents{agents}-samples{samples}"
+    (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
+
+
+def team_size(problem, shape: str, agents: int) -> int:
+    """The agents a shape has on a class: one for the single forms, else `agents`, never more
+    than the class's methods."""
+    return 1 if shape in SINGLE_FORMS else min(agents, len(problem.methods))
 
 
 def _per_class(rows: list[dict], shape: str) -> dict[str, dict]:

@@ -322,3 +322,38 @@ def test_a_class_team_on_the_real_model_from_the_cli(vllm_server, model_path, ca
     assert set(summary["test_classes"]) == set(problem.test_classes)
     assert summary["critical_path_tokens"] == max(m["tokens"] for m in summary["methods"])
     ast.parse(summary["program"])
+
+
+class ScriptedClasses:
+    """Every vendored class's canonical methods, for episodes of any of them (graph logic only)."""
+
+    def __init__(self):
+        self.by_class = {p.class_name: Scripted(p) for p in class_problems()}
+
+    def generate(self, requests, on_token=None):
+        out = []
+        for request in requests:
+            name = request.messages[1]["content"].rsplit("` of `", 1)[1].split("`", 1)[0]
+            out += self.by_class[name].generate([request])
+        return out
+
+
+def test_the_class_evaluation_pairs_each_team_with_the_better_single_form(tmp_path):
+    from learner.class_eval import run_class_eval
+
+    policy = ScriptedClasses()
+    args = dict(shapes=("single", "single_incremental", "parallel"), limit=3, progress=False)
+    results = run_class_eval(policy, tmp_path, agents=2, **args)
+    assert results["classes"] == [p.task_id for p in class_splits()["held_out"][:3]]
+    figures = results["figures"]
+    assert figures["single"]["method_level"] == figures["parallel"]["method_level"] == 1.0
+    paired = results["paired"]["parallel"]
+    assert (paired["better"], paired["worse"], paired["against"]) == (0, 0, "single")
+    assert paired["tokens_ratio"] < 0.75  # the scripted methods split between two agents
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 9
+    results = run_class_eval(policy, tmp_path, agents=4, **args)  # only the teams of 4 are new
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert 9 < len(lines) <= 12
+    report = (tmp_path / "report-agents4-samples1.md").read_text()
+    assert "parallel (4 agents)" in report and "same openings" in report
