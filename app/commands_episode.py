@@ -221,7 +221,7 @@ def class_episode(args: argparse.Namespace) -> int:
                 problem, policy, shape=args.shape, agents=args.agents or 2, adapters=adapters,
                 temperature=0.0 if args.greedy else (args.temperature or 0.8),
                 top_p=1.0 if args.greedy else (args.top_p or 0.95),
-                max_tokens=args.max_tokens or 256, seed=args.seed,
+                max_tokens=args.max_tokens or 256, seed=args.seed, turns=args.turns,
                 on_event=None if args.json or args.shape == "parallel" else show,
             )  # fmt: skip
     except (OSError, ValueError, PolicyError) as e:
@@ -259,7 +259,7 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
                 policy, args.out, shapes=shapes, agents=args.agents or 2,
                 split=args.split or "heldout", fold=args.fold, limit=args.limit,
                 samples=args.samples or 1, max_tokens=args.max_tokens or 256,
-                progress=not args.no_progress, command=command,
+                turns=args.turns or 1, progress=not args.no_progress, command=command,
             )  # fmt: skip
     except (OSError, ValueError, PolicyError) as e:
         print(f"coteam eval: error: {e}", file=sys.stderr)

@@ -58,6 +58,7 @@ def run_class_eval(
     limit: int | None = None,
     samples: int = 1,
     max_tokens: int = 256,
+    turns: int = 1,
     progress: bool = True,
     command: str = "",
 ) -> dict:
@@ -72,14 +73,15 @@ def run_class_eval(
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
-            done.add((row["task_id"], row["shape"], row["sample"], len(row["dealt"])))
+            key = (row["task_id"], row["shape"], row["sample"], len(row["dealt"]))
+            done.add((*key, row.get("turns", 1)))
     problems = class_eval_problems(split, fold, limit)
     jobs = [
         (problem, shape, sample)
         for problem in problems
         for sample in range(samples)
         for shape in shapes  # interleaved: the machine's load falls on every shape alike
-        if (problem.task_id, shape, sample, team_size(problem, shape, agents)) not in done
+        if (problem.task_id, shape, sample, team_size(problem, shape, agents), turns) not in done
     ]
     bar = None
     if progress:
@@ -92,9 +94,9 @@ def run_class_eval(
             episode = run_class_episode(
                 problem, policy, shape=shape, agents=agents,
                 temperature=0.0 if greedy else 0.8, top_p=1.0 if greedy else 0.95,
-                max_tokens=max_tokens, seed=None if greedy else 1000 * sample,
+                max_tokens=max_tokens, seed=None if greedy else 1000 * sample, turns=turns,
             )  # fmt: skip
-            row = episode.summary() | {"sample": sample}
+            row = episode.summary() | {"sample": sample, "turns": turns}
             f.write(json.dumps(row) + "\n")
             f.flush()
             if bar is not None:
@@ -106,6 +108,7 @@ def run_class_eval(
     rows = [
         r for r in rows
         if sizes.get((r["task_id"], r["shape"])) == len(r["dealt"]) and r["sample"] < samples
+        and r.get("turns", 1) == turns
     ]  # fmt: skip
     results = summarize(rows, shapes, agents) | {
         "command": command,
@@ -114,8 +117,9 @@ def run_class_eval(
         "classes": [p.task_id for p in problems],
         "samples": samples,
         "max_tokens": max_tokens,
+        "turns": turns,
     }
-    name = f"agents{agents}-samples{samples}"
+    name = f"agents{agents}-samples{samples}" + (f"-turns{turns}" if turns > 1 else "")
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
@@ -210,7 +214,8 @@ def report(results: dict) -> str:
         + (f", fold {results['fold']}" if results["fold"] else "")
         + f"); {results['samples']} answer(s) per class and shape"
         + (" (greedy)" if results["samples"] == 1 else " (T = 0.8, top-p 0.95)")
-        + f"; {results['max_tokens']} tokens per method. Every shape: the same openings (each "
+        + f"; {results['max_tokens']} tokens per method; {results.get('turns', 1)} turn(s). "
+        "Every shape: the same openings (each "
         "method begun with its head), budget and judge.",
         "",
         "| shape | method level (test classes) | class level | critical-path tokens | wall s |",

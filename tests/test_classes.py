@@ -357,3 +357,35 @@ def test_the_class_evaluation_pairs_each_team_with_the_better_single_form(tmp_pa
     assert 9 < len(lines) <= 12
     report = (tmp_path / "report-agents4-samples1.md").read_text()
     assert "parallel (4 agents)" in report and "same openings" in report
+
+
+class WrongThenRight(Scripted):
+    """Writes get_gpa wrong on the first turn, right once it has seen the verdict."""
+
+    def generate(self, requests, on_token=None):
+        out = super().generate(requests)
+        for request, completion in zip(requests, out, strict=True):
+            later = "The tests' verdict on your methods" in request.messages[1]["content"]
+            if "def get_gpa" in request.messages[-1]["content"] and not later:
+                completion.text = "        return 0\n"
+        return out
+
+
+@pytest.mark.parametrize("shape", ["parallel", "sequential_pipeline"])
+def test_a_second_turn_rewrites_only_the_methods_that_failed_with_the_verdict(shape):
+    problem = class_problem(4)
+    policy = WrongThenRight(problem)
+    episode = run_class_episode(problem, policy, shape=shape, agents=2, turns=2)
+    assert episode.verdict.all_passed
+    second = [s for s in episode.steps if s.turn == 1]
+    # get_top_student calls get_gpa: its tests failed too, and its author writes it again
+    assert [s.method for s in second] == ["get_gpa", "get_top_student"]
+    view = next(
+        r.messages[1]["content"] for r in policy.requests
+        if "verdict" in r.messages[1]["content"] and "def get_gpa" in r.messages[-1]["content"]
+    )  # fmt: skip
+    assert "AssessmentSystemTestGetGPA (`get_gpa`): 0 of" in view
+    assert "The class as your team wrote it" in view and "def get_top_student" in view
+    assert episode.critical_path_tokens == 7 * 3 + 7
+    once = run_class_episode(problem, WrongThenRight(problem), shape=shape, agents=2)
+    assert not once.verdict.all_passed and max(s.turn for s in once.steps) == 0

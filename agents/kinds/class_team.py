@@ -77,6 +77,7 @@ class ClassTeam:
     top_p: float = 1.0
     max_tokens: int = 256
     seed: int | None = None
+    turns: int = 1
 
 
 @dataclass
@@ -91,6 +92,7 @@ class MethodStep:
     completion_tokens: int
     latency_s: float
     finish_reason: str | None = None
+    turn: int = 0
 
 
 @dataclass
@@ -115,8 +117,16 @@ class ClassEpisode:
 
     @property
     def critical_path_tokens(self) -> int:
-        """The most tokens one agent wrote (its methods one after another)."""
-        return max(self.agent_tokens, default=0)
+        """The most tokens one agent wrote in a turn (its methods one after another), summed
+        over the turns."""
+        turns = {s.turn for s in self.steps}
+        return sum(
+            max(
+                sum(s.completion_tokens for s in self.steps if s.agent == a and s.turn == t)
+                for a in range(len(self.dealt))
+            )
+            for t in turns
+        )
 
     def summary(self) -> dict:
         """Plain data for `coteam episode --task class --json`."""
@@ -146,12 +156,20 @@ class ClassEpisode:
         }
 
 
-def method_messages(team: ClassTeam, agent: int, method: str, seen: list[MethodStep]) -> list[dict]:
+def method_messages(
+    team: ClassTeam, agent: int, method: str, seen: list[MethodStep], feedback: str = "",
+    merged: str = "",
+) -> list[dict]:  # fmt: skip
     """One agent's view when it writes `method`: the skeleton (the interface it shares with its
-    teammates), the methods its shape shows it (`seen`), the ask, and the reply begun with the
-    method's head."""
+    teammates), the methods its shape shows it (`seen`), on a later turn the class as merged
+    (its teammates' code) and the judge's verdict on its own methods, the ask, and the reply
+    begun with the method's head."""
     problem = team.problem
     parts = [f"The class, as a skeleton:\n```python\n{problem.skeleton.strip()}\n```"]
+    if merged and len(merged) + len(feedback) < PROMPT_CHARS - len(opening(problem, method)):
+        parts = [f"The class as your team wrote it:\n```python\n{merged.strip()}\n```"]
+    if feedback:
+        parts.append(feedback)
     room = PROMPT_CHARS - len(parts[0]) - len(opening(problem, method))
     shown = []
     for step in reversed(seen):  # the latest first; the oldest left out when they do not fit
@@ -174,9 +192,50 @@ def method_messages(team: ClassTeam, agent: int, method: str, seen: list[MethodS
     ]
 
 
-def _write_methods(team: ClassTeam, agent: int, before: list[MethodStep]) -> list[MethodStep]:
-    """Agent `agent` writes its methods one after another; what it sees besides the skeleton:
-    its own earlier methods (single_incremental), the agents' before it (sequential_pipeline)."""
+def verdict_note(team: ClassTeam, agent: int, verdict: ClassReport) -> str:
+    """What the judge said of an agent's own methods (and of the tests of several together)."""
+    mine = set(team.dealt[agent])
+    lines = []
+    for test_class, (passed, total) in verdict.test_classes.items():
+        method = team.problem.test_classes.get(test_class)
+        if method is not None and method not in mine:
+            continue
+        first = next(
+            (
+                r.message
+                for r in verdict.report.results
+                if r.test_class == test_class and not r.passed
+            ),
+            "",
+        )
+        what = f"`{method}`" if method else "several methods together"
+        lines.append(
+            f"- {test_class} ({what}): {passed} of {total} tests passed"
+            + (f"; first failure: {first[:200]}" if first else "")
+        )
+    return "The tests' verdict on your methods:\n" + "\n".join(lines)
+
+
+def _failing(team: ClassTeam, agent: int, verdict: ClassReport) -> list[str]:
+    """The agent's methods whose test class did not pass (all of them on the first turn)."""
+    if verdict is None:
+        return list(team.dealt[agent])
+    failed = {
+        team.problem.test_classes.get(name)
+        for name, (passed, total) in verdict.test_classes.items()
+        if passed < total
+    }
+    return [m for m in team.dealt[agent] if m in failed]
+
+
+def _write_methods(
+    team: ClassTeam, agent: int, before: list[MethodStep], turn: int = 0,
+    verdict: ClassReport | None = None, merged: str = "",
+) -> list[MethodStep]:  # fmt: skip
+    """Agent `agent` writes its methods one after another (on a later turn, those whose tests
+    failed); what it sees besides the skeleton: its own earlier methods (single_incremental),
+    the agents' before it (sequential_pipeline), and on a later turn the merged class and the
+    verdict on its methods."""
     from langgraph.config import get_stream_writer
 
     from agents.serving.policy import Request
@@ -185,16 +244,17 @@ def _write_methods(team: ClassTeam, agent: int, before: list[MethodStep]) -> lis
         write = get_stream_writer()
     except RuntimeError:  # outside a graph
         write = lambda event: None  # noqa: E731
+    note = verdict_note(team, agent, verdict) if verdict is not None else ""
     steps: list[MethodStep] = []
-    for method in team.dealt[agent]:
+    for method in _failing(team, agent, verdict):
         seen = []
         if team.shape == "single_incremental":
             seen = steps
         elif team.shape == "sequential_pipeline":
-            seen = before
-        messages = method_messages(team, agent, method, seen)
+            seen = [s for s in before if s.turn == turn]
+        messages = method_messages(team, agent, method, seen, note, merged)
         begun = messages[-1]["content"]
-        write({"event": "agent_start", "agent": agent, "method": method})
+        write({"event": "agent_start", "agent": agent, "method": method, "turn": turn})
         write({"event": "token", "agent": agent, "text": begun})
         request = Request(
             messages=messages,
@@ -212,62 +272,86 @@ def _write_methods(team: ClassTeam, agent: int, before: list[MethodStep]) -> lis
         steps.append(
             MethodStep(
                 agent, method, begun, begun + completion.text, completion.completion_tokens,
-                completion.latency_s, completion.finish_reason,
+                completion.latency_s, completion.finish_reason, turn,
             )
         )  # fmt: skip
     return steps
 
 
 class ClassState(TypedDict):
-    """A class episode's state: every method written so far, then the merged class and verdict."""
+    """A class episode's state: every method written so far (every turn), the merged class and
+    its verdict, and the turn."""
 
     steps: Annotated[list, operator.add]
     merged: Any
     verdict: Any
+    turn: int
 
 
 def class_graph(team: ClassTeam):
     """The class team as a LangGraph graph. parallel, single, single_incremental: every agent
     at once, each on its own view (START ─Send×n─▶ agent ─▶ merge); sequential_pipeline: agent
     0, then 1 seeing 0's methods, ... (START ─▶ agent_0 ─▶ agent_1 ─▶ … ─▶ merge). The merge
-    node puts the methods into the skeleton and judges the class."""
+    node puts each method's latest version into the skeleton and judges the class; with more
+    turns, the agents whose methods failed write them again (─▶ agent …) until the class passes
+    or the turns are spent."""
     from functools import partial
 
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import Send
 
-    State = ClassState
+    def later(state: ClassState) -> dict:
+        if state["verdict"] is None:
+            return {"turn": 0, "verdict": None, "merged": ""}
+        return {
+            "turn": state["turn"] + 1, "verdict": state["verdict"],
+            "merged": state["merged"].program,
+        }  # fmt: skip
 
     def agent_node(view: dict) -> dict:
-        return {"steps": _write_methods(team, view["agent"], [])}
+        return {"steps": _write_methods(team, view["agent"], [], **view["context"])}
 
-    def in_line(agent: int, state: State) -> dict:
-        return {"steps": _write_methods(team, agent, list(state["steps"]))}
+    def in_line(agent: int, state: ClassState) -> dict:
+        return {"steps": _write_methods(team, agent, list(state["steps"]), **later(state))}
 
-    def merge_node(state: State) -> dict:
+    def merge_node(state: ClassState) -> dict:
+        latest: dict[str, MethodStep] = {}
+        for step in state["steps"]:
+            latest[step.method] = step
         replies = [
-            "\n".join(s.text for s in state["steps"] if s.agent == a)
+            "\n".join(s.text for s in latest.values() if s.agent == a)
             for a in range(len(team.dealt))
         ]
         merged = merge(team.problem, replies, team.dealt)
-        return {"merged": merged, "verdict": judge_class(team.problem, merged.program)}
+        turn = max(s.turn for s in state["steps"]) if state["steps"] else 0
+        verdict = judge_class(team.problem, merged.program)
+        return {"merged": merged, "verdict": verdict, "turn": turn}
 
-    graph = StateGraph(State)
+    def fan_out(state: ClassState) -> list:
+        context = later(state)
+        return [Send("agent", {"agent": a, "context": context}) for a in range(len(team.dealt))]
+
+    def again(first, state: ClassState):
+        if state["verdict"].all_passed or state["turn"] + 1 >= team.turns:
+            return END
+        return first(state)
+
+    graph = StateGraph(ClassState)
     graph.add_node("merge", merge_node)
     if team.shape == "sequential_pipeline":
         names = [f"agent_{k}" for k in range(len(team.dealt))]
         for k, name in enumerate(names):
             graph.add_node(name, partial(in_line, k))
         graph.add_edge(START, names[0])
-        for earlier, later in zip(names, names[1:], strict=False):
-            graph.add_edge(earlier, later)
+        for earlier, following in zip(names, names[1:], strict=False):
+            graph.add_edge(earlier, following)
         graph.add_edge(names[-1], "merge")
+        graph.add_conditional_edges("merge", partial(again, lambda _: names[0]), [names[0], END])
     else:
         graph.add_node("agent", agent_node)
-        fan_out = lambda state: [Send("agent", {"agent": a}) for a in range(len(team.dealt))]  # noqa: E731
         graph.add_conditional_edges(START, fan_out, ["agent"])
         graph.add_edge("agent", "merge")
-    graph.add_edge("merge", END)
+        graph.add_conditional_edges("merge", partial(again, fan_out), ["agent", END])
     return graph.compile()
 
 
@@ -282,6 +366,7 @@ def run_class_episode(
     top_p: float = 1.0,
     max_tokens: int = 256,
     seed: int | None = None,
+    turns: int = 1,
     on_event=None,
 ) -> ClassEpisode:
     """One class episode: the methods dealt (one agent for the single shapes), written, merged,
@@ -295,18 +380,20 @@ def run_class_episode(
     dealt = deal(problem, size)
     adapters = list(adapters or []) + [None] * len(dealt)
     team = ClassTeam(
-        problem, shape, dealt, adapters[: len(dealt)], policy, temperature, top_p, max_tokens, seed
-    )
+        problem, shape, dealt, adapters[: len(dealt)], policy, temperature, top_p, max_tokens,
+        seed, turns,
+    )  # fmt: skip
     start = time.monotonic()
     state = None
     for mode, chunk in class_graph(team).stream(
-        {"steps": [], "merged": None, "verdict": None}, stream_mode=["custom", "values"]
+        {"steps": [], "merged": None, "verdict": None, "turn": 0},
+        stream_mode=["custom", "values"],
     ):
         if mode == "custom" and on_event is not None:
             on_event(chunk)
         elif mode == "values":
             state = chunk
-    steps = sorted(state["steps"], key=lambda s: (s.agent, problem.methods.index(s.method)))
+    steps = sorted(state["steps"], key=lambda s: (s.turn, s.agent, problem.methods.index(s.method)))
     wall = time.monotonic() - start
     return ClassEpisode(
         problem, shape, dealt, steps, state["merged"], state["verdict"], wall, max_tokens
