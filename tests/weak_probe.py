@@ -72,6 +72,35 @@ HUNTER = textwrap.dedent(
     """
 )
 
+# unittest tests that write a file for the program and read the one it writes: the scratch
+# folder both processes share, cloned into each user namespace
+FILE_TESTS = textwrap.dedent(
+    """
+    import os, unittest
+    class FileTest(unittest.TestCase):
+        def setUp(self):
+            with open("in.txt", "w") as f:
+                f.write("41")
+        def test_reads(self):
+            self.assertEqual(Reader().read("in.txt"), 42)
+        def test_writes(self):
+            Reader().write("out.txt", 7)
+            with open("out.txt") as f:
+                self.assertEqual(f.read(), "7")
+    """
+)
+FILE_PROGRAM = textwrap.dedent(
+    """
+    class Reader:
+        def read(self, path):
+            with open(path) as f:
+                return int(f.read()) + 1
+        def write(self, path, n):
+            with open(path, "w") as f:
+                f.write(str(n))
+    """
+)
+
 result = run_untrusted(HOSTILE, Limits(audit_hook=False, wall_seconds=20))
 me = os.getpid()
 survivors = [
@@ -91,6 +120,7 @@ print(
             "canary": os.listdir(canary),
             "honest": run_tests(HONEST, TESTS, "add").passed,
             "hunter": run_tests(HUNTER, TESTS, "add").passed,
+            "files": run_tests(FILE_PROGRAM, FILE_TESTS, "Reader").passed,
         }
     )
 )
