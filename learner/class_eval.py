@@ -216,7 +216,7 @@ def report(results: dict) -> str:
         + (" (greedy)" if results["samples"] == 1 else " (T = 0.8, top-p 0.95)")
         + f"; {results['max_tokens']} tokens per method; {results.get('turns', 1)} turn(s). "
         "Every shape: the same openings (each "
-        "method begun with its head), budget and judge.",
+        "method begun with the skeleton's stub of it), budget and judge.",
         "",
         "| shape | method level (test classes) | class level | critical-path tokens | wall s |",
         "|---|---|---|---|---|",
