@@ -36,6 +36,7 @@ from app.cowork_choices import (
     problem_choices,
     resolve_adapters,
     role_layout,
+    served_shape,
     source_max_tokens,
     task_preview,
 )
@@ -141,13 +142,21 @@ class CoworkTab:
         """The mode (one team, or A/B), the team's shape, size, turns, tokens, temperature and
         adapters, and team B's."""
         self.mode = gr.Radio([ONE_TEAM, AB], value=ONE_TEAM, label="Mode", elem_id=self.id("mode"))
+        served, why = served_shape(self.kind)
+        gr.Markdown(why, visible=bool(why), elem_id=self.id("served"))
         self.shape = gr.Dropdown(
             [(SHAPE_LABELS[s], s) for s in SHAPES],
-            value="parallel",
+            value=served,
             label="Team shape",
             elem_id=self.id("shape"),
         )
-        self.size = gr.Radio([2, 3, 4], value=2, label="Team size", elem_id=self.id("size"))
+        self.size = gr.Radio(
+            [2, 3, 4],
+            value=2,
+            label="Team size",
+            interactive=served != "single",
+            elem_id=self.id("size"),
+        )
         with gr.Row():
             self.turns = gr.Slider(
                 1,
@@ -180,7 +189,7 @@ class CoworkTab:
         with gr.Group(visible=False) as self.team_b:
             self.shape_b = gr.Dropdown(
                 [(SHAPE_LABELS[s], s) for s in SHAPES],
-                value="single",
+                value="parallel" if served == "single" else "single",  # the other one
                 label="Team B shape",
                 elem_id=self.id("shape-b"),
             )
@@ -204,7 +213,7 @@ class CoworkTab:
                 "size, `{helpers}` the helpers' names, `{document}` what is written, `{sections}` "
                 "the sections in order, `{words}` the target length."
             )
-            names = role_layout(self.kind, first, "parallel", 2)
+            names = role_layout(self.kind, first, served_shape(self.kind)[0], 2)
             self.role_names = gr.State(names)
             # the first team's boxes are filled on first load, as a change of team fills them
             self.role_texts = [

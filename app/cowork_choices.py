@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import textwrap
 from dataclasses import replace
 
@@ -23,7 +24,14 @@ from agents.tasks import (
 )
 from agents.team.roles import MAX_AGENTS, default_max_tokens, role_names, size_from_setting
 from app.context import AppContext
-from learner.registry import adapter_name, ensure_loaded, load_version, serving_adapters
+from learner.registry import (
+    CARD,
+    SHIPPED,
+    adapter_name,
+    ensure_loaded,
+    load_version,
+    serving_adapters,
+)
 
 MAX_PANES = 4
 SHAPE_LABELS = {
@@ -194,3 +202,31 @@ def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str
     outline = [{"heading": "", "brief": ""}] * 4  # both long-form sources have 4 sections
     stub = Task(kind=kind, form=form, prompt="", source="", extra={"outline": outline})
     return list(dict.fromkeys(role_names(stub, shape, size_from_setting(shape, size))))
+
+
+def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, str]:
+    """The shape the page serves by default for a kind of work, and why, in words with the figure.
+    Co-code serves the shipped team only where its card's held-out figures show it passes at least
+    as many problems as one agent (the same start, budget and judge), else one agent; without
+    such figures, one agent. Co-write serves its team (no held-out comparison decides it yet)."""
+    if kind != "coding":
+        return "parallel", ""
+    try:
+        figures = json.loads(card_path.read_text(encoding="utf-8"))["held_out"]["coding"]
+        team, single = figures["team"]["pass_at_1"], figures["single"]["pass_at_1"]
+        where = f"{figures['problems']} ({figures['judge']}; {figures['source']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "single", (
+            "Served by default: **one agent**. The shipped team has no held-out figures against "
+            "one agent yet; choose a team shape to run it."
+        )
+    if team >= single:
+        return "parallel", (
+            f"Served by default: **the shipped team of {figures['team']['agents']}**: held out it "
+            f"passes {team:.3f} of the problems, one agent {single:.3f}, on {where}."
+        )
+    return "single", (
+        f"Served by default: **one agent**, which passes {single:.3f} of held-out problems where "
+        f"the shipped team of {figures['team']['agents']} passes {team:.3f}, on {where}. "
+        "The team is one choice away: pick a team shape."
+    )

@@ -20,6 +20,7 @@ import store
 from agents.serving.models import model_provenance
 from agents.serving.server import free_port
 from agents.tasks import DEFAULT_OUTLINE
+from app.cowork_choices import SHAPE_LABELS
 from learner.registry import CARD, SHIPPED
 from tests.conftest import adapters_as_found
 
@@ -128,6 +129,12 @@ def set_number(page, elem_id: str, value) -> None:
     box.press("Tab")
 
 
+def choose_shape(page, tab: str, shape: str) -> None:
+    """Pick a team shape from the tab's dropdown, as a person would."""
+    page.locator(f"#{tab}-shape input").click()
+    page.get_by_role("option", name=SHAPE_LABELS[shape]).click()
+
+
 def code_text(page, elem_id: str) -> str:
     return page.locator(f"#{elem_id} .cm-content").inner_text()
 
@@ -154,8 +161,13 @@ def episode_id_in(status: str) -> int:
 
 def test_co_code_episode_streams_and_its_ratings_land_in_the_database(app, page):
     open_tab(page, "Co-code")
-    # on first load, the roles panel already holds the default team's role boxes
+    # one agent is served by default, with the held-out figure it was chosen by
+    expect(page.locator("#cocode-served")).to_contain_text("Served by default: one agent")
+    expect(page.locator("#cocode-served")).to_contain_text("0.906")
     page.locator("#cocode-roles").get_by_text("Roles: the agents' instructions").click()
+    expect(page.locator("#cocode-role-0 textarea")).to_have_value(re.compile("."))
+    expect(page.locator("#cocode-role-1 textarea")).to_be_hidden()
+    choose_shape(page, "cocode", "parallel")  # the team, one choice away
     expect(page.locator("#cocode-role-0 textarea")).to_have_value(re.compile("helper-function"))
     expect(page.locator("#cocode-role-1 textarea")).to_have_value(re.compile("main-function"))
     set_number(page, "cocode-max-tokens", 256)
@@ -238,8 +250,9 @@ def test_ab_mode_runs_two_teams_side_by_side_and_records_the_vote(app, page):
     expect(page.locator("#cocode-status")).to_contain_text(
         re.compile("Both teams are done|A team failed"), timeout=EPISODE_TIMEOUT_MS
     )
-    expect(page.locator("#cocode-ab-status-a")).to_contain_text("parallel")
-    expect(page.locator("#cocode-ab-status-b")).to_contain_text("single")
+    # team A is what the page serves (one agent, by the held-out figures), team B the team
+    expect(page.locator("#cocode-ab-status-a")).to_contain_text("single")
+    expect(page.locator("#cocode-ab-status-b")).to_contain_text("parallel")
     page.locator("#cocode-vote-tie").click()
     expect(page.locator("#cocode-vote-status")).to_contain_text("Saved rating")
     screenshot(page, "co-code-ab")
@@ -416,6 +429,7 @@ def test_retrain_now_from_the_admin_tab_then_the_new_adapter_serves(app, page, m
     screenshot(page, "admin-ratings-changed")
 
     open_tab(page, "Co-code")  # the next episode runs on the new versions
+    choose_shape(page, "cocode", "parallel")
     set_number(page, "cocode-max-tokens", 64)
     page.locator("#cocode-run").click()
     status = wait_for_episode(page, "cocode")

@@ -2,6 +2,7 @@
 vLLM, a real SQLite file in a temp folder is the store. (tests/test_browser.py drives the same
 page in Chromium against the real server.)"""
 
+import json
 import os
 import re
 import shutil
@@ -593,3 +594,25 @@ def test_a_plain_request_is_written_a_section_per_writer_with_tokens_to_finish()
     for shape, size in (("single", 1), ("parallel", 2), ("parallel", 4)):
         shares = [token_share(r) for r in team_roles(task, shape, size, None)]
         assert max(shares) <= LONGFORM_MAX_TOKENS  # no writer is cut off before its share
+
+
+def test_co_code_serves_one_agent_unless_held_out_figures_show_the_team_is_as_good(tmp_path):
+    from app.cowork_choices import served_shape
+
+    shape, why = served_shape("coding")  # the shipped card: HumanEval 0-31 held out
+    assert shape == "single" and "0.906" in why and "0.750" in why and "EVALUATION.md" in why
+    card = tmp_path / "card.json"
+    figures = {"problems": "P", "judge": "J", "source": "S", "count": 9}
+    for team, single, served in (
+        (0.7, 0.6, "parallel"),
+        (0.6, 0.6, "parallel"),
+        (0.5, 0.6, "single"),
+    ):
+        held_out = figures | {"team": {"shape": "parallel", "agents": 2, "pass_at_1": team}}
+        held_out["single"] = {"pass_at_1": single}
+        card.write_text(json.dumps({"held_out": {"coding": held_out}}))
+        shape, why = served_shape("coding", card)
+        assert shape == served and f"{team:.3f}" in why and f"{single:.3f}" in why
+    card.write_text(json.dumps({"versions": {}}))  # a team shipped without held-out figures
+    assert served_shape("coding", card)[0] == "single"
+    assert served_shape("writing") == ("parallel", "")
