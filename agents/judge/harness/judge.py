@@ -1,21 +1,24 @@
 """The judge: holds the tests, never the program, and decides every test's result.
 
-Runs in its own sandbox as `main.py` after codec.py's text (agents/judge/testrun.py joins them). Reads
-its job as JSON on standard input (the task's given code, the tests' set-up and steps, the names,
-seconds per test, timeouts allowed, the two pipe fds), and prints on its original standard output
-one JSON line per counted test, `{"unit": i, "passed": bool, "message": "..."}`, or one
-`{"load_error": "..."}` / `{"stopped": "..."}` line.
+Runs in its own sandbox as `main.py` after codec.py's, program.py's and guard.py's text
+(agents/judge/testrun.py joins them). Reads its job as JSON on standard input (the task's given
+code, the tests' set-up and steps, the names to bind, seconds per test, timeouts allowed, the two
+pipe fds), and prints on its original standard output one JSON line per counted test,
+`{"unit": i, "passed": bool, "message": "..."}`, or one `{"load_error": "..."}`,
+`{"stopped": "..."}` or `{"broken": "..."}` line (a statement outside the counted tests failed).
 
-The tests run here, with this interpreter's own builtins and modules. The program's functions are
-stand-ins that send each call's arguments to the program's process (agents/judge/harness/candidate.py)
-and rebuild its answer as plain data with exact types; anything else fails that test. So a
-wrapping `abs(...)`, `math.isclose(...)`, a loop or a helper in the tests is evaluated here, and
-nothing the program does or prints decides a result. Arguments must be plain data too: a test
-that passes a function or an object to the program fails, saying so.
+The tests run here, with this interpreter's own builtins, modules and `unittest`; every step is
+compiled before the program starts, and the guard (guard.py) keeps the program's text from ever
+becoming code here. The program's functions, classes and objects are stand-ins (program.py) that
+send each operation to the program's process (agents/judge/harness/candidate.py) and rebuild its
+answer as plain data with exact types, or as another stand-in. So a wrapping `abs(...)`,
+`math.isclose(...)`, a loop, a helper or an `assertEqual` in the tests is evaluated here, and
+nothing the program does or prints decides a result. Arguments must be plain data or stand-ins:
+a test that passes a function or an object of its own to the program fails, saying so.
 """
 
-# encode, decode, NotPlain and MAX_MESSAGE_CHARS are codec.py's: agents/judge/testrun.py runs this
-# file's text after codec.py's
+# encode, decode, NotPlain and MAX_MESSAGE_CHARS are codec.py's, Program and the stand-ins
+# program.py's, guard guard.py's: agents/judge/testrun.py runs this file's text after theirs
 # ruff: noqa: F821
 
 import ast

@@ -28,8 +28,9 @@ def program_exception(name, message, base="Exception", arguments=None):
     """The program's exception rebuilt here, by identity: its builtin class when it raised one (so
     that a test may catch a ValueError), else a class of its name that derives from the builtin
     it derives from (so that `except ValueError` catches its subclass), else a ProgramError that
-    names it. Only its name, a bounded message and its base's name cross; an exception that
-    steers control flow is never rebuilt."""
+    names it. Only its name, a bounded message, its base's name and its plain arguments cross (a
+    KeyError is rebuilt from its key, not from its message); an exception that steers control
+    flow is never rebuilt."""
     name, message, base = _bounded(name)[:60], _bounded(message), _bounded(base)[:60]
     found = getattr(builtins, base, None) if base.isidentifier() else None
     if base in CONTROL_FLOW or name in CONTROL_FLOW:
