@@ -371,6 +371,18 @@ class WrongThenRight(Scripted):
         return out
 
 
+def test_a_one_round_discussion_revises_every_method_seeing_the_teams_drafts():
+    problem = class_problem(4)
+    policy = WrongThenRight(problem)  # no verdict is shown: get_gpa stays wrong when revised
+    episode = run_class_episode(problem, policy, shape="one_round_discussion", agents=2)
+    assert sorted(s.method for s in episode.steps if s.turn == 1) == sorted(problem.methods)
+    revisions = policy.requests[len(problem.methods) :]
+    assert all("The class as your team wrote it" in r.messages[1]["content"] for r in revisions)
+    assert not any("verdict" in r.messages[1]["content"] for r in revisions)
+    assert episode.critical_path_tokens == 2 * 7 * 3
+    assert not episode.verdict.all_passed
+
+
 @pytest.mark.parametrize("shape", ["parallel", "sequential_pipeline"])
 def test_a_second_turn_rewrites_only_the_methods_that_failed_with_the_verdict(shape):
     problem = class_problem(4)

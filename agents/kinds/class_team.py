@@ -4,8 +4,9 @@ openings, merging and judge are in agents/kinds/classes.py).
 
 Shapes: `single` (one agent, each method from the skeleton alone), `single_incremental` (one
 agent, each method seeing the ones it wrote before: ClassEval's incremental strategy),
-`parallel` (the team: every agent at once, each writing its dealt methods) and
-`sequential_pipeline` (agent k also sees the methods of agents before it). Every shape begins
+`parallel` (the team: every agent at once, each writing its dealt methods),
+`sequential_pipeline` (agent k also sees the methods of agents before it) and
+`one_round_discussion` (drafts, then each agent revises its methods seeing the team's drafts). Every shape begins
 each method's reply with the same opening, has the same budget per method and the same judge.
 """
 
@@ -31,7 +32,13 @@ from agents.kinds.classes import (
 
 # -- the class team ------------------------------------------------------------------------------
 
-CLASS_SHAPES = ("single", "single_incremental", "parallel", "sequential_pipeline")
+CLASS_SHAPES = (
+    "single",
+    "single_incremental",
+    "parallel",
+    "sequential_pipeline",
+    "one_round_discussion",
+)
 SYSTEM = (
     "You are a careful Python developer. You write one method of a class at a time, exactly as "
     "its docstring specifies, and you use the class's other methods and fields as the skeleton "
@@ -294,15 +301,20 @@ def class_graph(team: ClassTeam):
     0, then 1 seeing 0's methods, ... (START ─▶ agent_0 ─▶ agent_1 ─▶ … ─▶ merge). The merge
     node puts each method's latest version into the skeleton and judges the class; with more
     turns, the agents whose methods failed write them again (─▶ agent …) until the class passes
-    or the turns are spent."""
+    or the turns are spent. one_round_discussion: every agent drafts its methods, then revises
+    every one of them seeing the team's drafts merged (─▶ agent ─▶ merge ─▶ END), one turn."""
     from functools import partial
 
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import Send
 
+    discussion = team.shape == "one_round_discussion"
+
     def later(state: ClassState) -> dict:
         if state["verdict"] is None:
             return {"turn": 0, "verdict": None, "merged": ""}
+        if discussion:  # every method revised, seeing the team's drafts (no verdict)
+            return {"turn": 1, "verdict": None, "merged": state["merged"].program}
         return {
             "turn": state["turn"] + 1, "verdict": state["verdict"],
             "merged": state["merged"].program,
@@ -332,6 +344,8 @@ def class_graph(team: ClassTeam):
         return [Send("agent", {"agent": a, "context": context}) for a in range(len(team.dealt))]
 
     def again(first, state: ClassState):
+        if discussion:
+            return first(state) if state["turn"] == 0 else END
         if state["verdict"].all_passed or state["turn"] + 1 >= team.turns:
             return END
         return first(state)
@@ -376,6 +390,8 @@ def run_class_episode(
 
     if shape not in CLASS_SHAPES:
         raise ClassProblemError(f"unknown class shape {shape!r}: {', '.join(CLASS_SHAPES)}")
+    if shape == "one_round_discussion" and turns != 1:
+        raise ClassProblemError("a one-round discussion is one turn: drafts, then revisions")
     size = 1 if shape.startswith("single") else agents
     dealt = deal(problem, size)
     adapters = list(adapters or []) + [None] * len(dealt)
