@@ -12,12 +12,14 @@ from agents.judge.harness.codec import NotPlain, decode, encode
 from agents.judge.testrun import run_tests
 from agents.kinds.class_team import ClassEpisode, MethodStep, class_reward, run_class_episode
 from agents.kinds.classes import (
+    class_node,
     class_problem,
     class_problems,
     class_splits,
     deal,
     judge_class,
     merge,
+    method_nodes,
     opening,
     user_class_problem,
 )
@@ -27,8 +29,9 @@ from agents.serving.policy import Completion
 def test_the_vendored_classes_parse_and_split_by_class():
     problems = class_problems()
     assert len(problems) == 64 and sum(len(p.methods) for p in problems) == 259
-    for problem in problems:  # the three mended ones included
-        ast.parse(problem.skeleton)
+    for problem in problems:  # the four mended ones included
+        node = class_node(problem.skeleton, problem.class_name)
+        assert set(problem.methods) <= set(method_nodes(node)), problem.task_id
     for fold in (None, "1/4", "4/4"):
         parts = class_splits(fold)
         ids = [p.task_id for part in parts.values() for p in part]
