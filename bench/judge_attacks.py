@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -73,7 +74,12 @@ def main() -> None:
         )
         print(f"{r['case']:{width}}  {cells[0]:7} {cells[1]:7} {cells[2]:7} ({honest})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"checkout": args.checkout, "rows": rows}, indent=1))
+        commit = subprocess.run(
+            ["git", "-C", args.checkout, "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        record = {"checkout": commit or Path(args.checkout).name, "rows": rows}
+        Path(args.json).write_text(json.dumps(record, indent=1))
 
 
 def another_checkout(run_tests, plant_in: str) -> dict:
