@@ -173,11 +173,12 @@ def method_messages(
     begun with the method's head."""
     problem = team.problem
     parts = [f"The class, as a skeleton:\n```python\n{problem.skeleton.strip()}\n```"]
-    if merged and len(merged) + len(feedback) < PROMPT_CHARS - len(opening(problem, method)):
+    begun = opening(problem, method)  # parses the skeleton: once a request
+    if merged and len(merged) + len(feedback) < PROMPT_CHARS - len(begun):
         parts = [f"The class as your team wrote it:\n```python\n{merged.strip()}\n```"]
     if feedback:
         parts.append(feedback)
-    room = PROMPT_CHARS - len(parts[0]) - len(opening(problem, method))
+    room = PROMPT_CHARS - len(parts[0]) - len(begun)
     shown = []
     for step in reversed(seen):  # the latest first; the oldest left out when they do not fit
         room -= len(step.text) + 2
@@ -195,7 +196,7 @@ def method_messages(
     return [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "\n\n".join(parts)},
-        {"role": "assistant", "content": opening(problem, method)},
+        {"role": "assistant", "content": begun},
     ]
 
 
