@@ -181,7 +181,7 @@ def _entry_point(tests: str, given: str) -> str:
     import ast
 
     from agents.judge.parsing import parse
-    from agents.judge.testrun import defined_names, plan_tests
+    from agents.judge.testrun import defined_names, free_names
 
     try:
         tree = parse(tests)
@@ -198,8 +198,8 @@ def _entry_point(tests: str, given: str) -> str:
         ):
             return call.args[0].id
     try:
-        bind = set(plan_tests(tests, "_").bind) - defined_names(parse(given))
-    except (ValueError, SyntaxError):
+        bind = free_names(tree) - defined_names(parse(given))
+    except SyntaxError:
         bind = set()
     called = {
         n.func.id

@@ -165,7 +165,7 @@ def plan_tests(test_code: str, entry_point: str | None = None) -> TestPlan:
         candidate, setup, body, module = entry_point, "", tree.body, tree.body
     else:
         raise ValueError("the tests have no `def check(candidate)` and no entry point was named")
-    bind = sorted(_free_names(tree) - {candidate})
+    bind = sorted(free_names(tree) - {candidate})
     program = _reaching(body, {candidate, entry_point or candidate, *bind})
     steps: list[list] = []
     units: list[str] = []
@@ -269,7 +269,7 @@ def defined_names(tree: ast.AST) -> set[str]:
     return names
 
 
-def _free_names(tree: ast.AST) -> set[str]:
+def free_names(tree: ast.AST) -> set[str]:
     """The names the code reads but never binds, builtins left out: functions of the program."""
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return used - defined_names(tree) - set(dir(builtins))
