@@ -37,17 +37,21 @@ def allow_weak_sandbox(args: argparse.Namespace) -> None:
 
 
 def start_with_shipped(
-    db_path: str | Path, model: str | Path, then: str = "", file: TextIO | None = None
-) -> None:
+    db_path: str | Path, model: str | Path, then: str = "", file: TextIO | None = None,
+    kind: str | None = None,
+) -> None:  # fmt: skip
     """A new installation starts with the trained team shipped, if any (`register_shipped`):
-    register it in the database at `db_path`, for the base `model`, and say so."""
+    register it in the database at `db_path`, for the base `model`, and say so (with `then`
+    where the version is of `kind` of work, or always without a kind)."""
     from learner.registry import register_shipped
     from store import open_db
 
     with open_db(db_path) as db:
         for row in register_shipped(db, model):
+            after = then if kind in (None, row["kind"]) else f" (for {row['kind']})"
             print(
-                f"agent {row['agent'] + 1}: the shipped trained adapter is version {row['version']}{then}",
+                f"agent {row['agent'] + 1}: the shipped trained adapter is version "
+                f"{row['version']}{after}",
                 file=file or sys.stdout,
             )
 

@@ -69,7 +69,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, stop)
         base = provision_model(args.model)
         if train_args.fold is None:  # the shipped team was trained on the fixed split
-            start_with_shipped(args.db, base, then="; training goes on from it")
+            from learner.registry import work_kind
+
+            start_with_shipped(
+                args.db, base, then="; training goes on from it", kind=work_kind(train_args.task)
+            )
         # a resumed run's bar and curve go on from the steps done before it stopped
         history = read_checkpoint(resume_from)["history"] if resume_from else []
         bar = tqdm(

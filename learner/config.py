@@ -7,7 +7,7 @@ loads a model, so the CLI reads them at once."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from agents.tasks import TaskError, TaskSet, fold_label
 from agents.team.roles import DEFAULT_MAX_TOKENS, MAX_TURNS, SHAPES, size_from_setting
@@ -24,6 +24,9 @@ FOLD_HELP = (
     "split HumanEval by fold F/K instead of the fixed split: the problems whose number mod K is "
     "F-1 held out (1/2: 0, 2, 4, ...), every third of the rest the gate's, the others trained on"
 )
+# what a run trains on: a curated task set (agents/tasks.py), or "class": the ClassEval classes'
+# train split (agents/kinds/classes.py), the class team (learner/class_train.py)
+TrainSet = Literal["coding", "summary", "expansion", "longform", "class"]
 MAX_CROSS_JOINT = 64  # joint actions a crossed group may score (G = 4: 2 or 3 agents; G = 8: 2)
 
 
@@ -139,7 +142,7 @@ class TrainArgs:
     update's knobs (`magrpo`), the reward's weights and budgets, and the promotion gate's
     settings. The admin form and `coteam train` start from these defaults; `check()` validates."""
 
-    task: TaskSet = field(default="coding", metadata=flag("the curated task set to train on"))
+    task: TrainSet = field(default="coding", metadata=flag("the curated task set to train on"))
     steps: int = field(default=10, metadata=flag("MAGRPO steps"))
     agents: int = field(default=2, metadata=flag("team size", choices=range(2, 5)))
     turns: int = field(
@@ -195,8 +198,8 @@ class TrainArgs:
     def check(self) -> None:
         """Refuse a run the learner cannot do, before any model is loaded; the message says why."""
         c = self.magrpo
-        if self.task not in get_args(TaskSet):
-            raise ValueError(f"unknown task {self.task!r}: {', '.join(get_args(TaskSet))}")
+        if self.task not in get_args(TrainSet):
+            raise ValueError(f"unknown task {self.task!r}: {', '.join(get_args(TrainSet))}")
         if self.steps < 1:
             raise ValueError(f"a run needs at least 1 step, not {self.steps}")
         if not 2 <= self.agents <= 4:
@@ -213,6 +216,8 @@ class TrainArgs:
             raise ValueError(f"the learning rate must be positive, not {c.learning_rate}")
         if c.joint_mode not in JOINT_MODES:
             raise ValueError(f"unknown joint mode {c.joint_mode!r}: {' or '.join(JOINT_MODES)}")
+        if c.joint_mode == "cross" and self.task == "class":
+            raise ValueError("cross pairing recombines one-call agents; a class team is aligned")
         if c.joint_mode == "cross" and self.turns != 1:
             raise ValueError(
                 "cross pairing trains one-turn episodes: a second turn's observations depend on "
@@ -251,13 +256,16 @@ class TrainArgs:
 
 
 def checked_fold(fold: str | None, task_set: str) -> str | None:
-    """A run's fold as it is recorded ("1/2"), or None; refused unless valid and on coding."""
+    """A run's fold as it is recorded ("1/2"), or None; refused unless valid and on coding or
+    classes."""
     try:
         label = fold_label(fold)
     except TaskError as e:
         raise ValueError(f"--fold: {e}") from e
-    if label and task_set != "coding":
-        raise ValueError(f"--fold splits HumanEval only; the {task_set} set has a fixed split")
+    if label and task_set not in ("coding", "class"):
+        raise ValueError(
+            f"--fold splits HumanEval and the classes only; the {task_set} set has a fixed split"
+        )
     return label
 
 

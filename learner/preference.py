@@ -338,8 +338,9 @@ def run_preference_model(
     """The preference model a training run and its promotion gate blend into the reward, for a
     task set ("coding", or a writing set): fitted on every rating of that kind of task in the
     store at `db_path` but those of tasks the run's split (HumanEval's by `fold`) keeps for
-    judging; None when ratings have no weight (`weights.human` 0) or there are none."""
-    if weights.human <= 0:
+    judging; None when ratings have no weight (`weights.human` 0) or there are none, and for
+    classes (no page rates a class team's work yet)."""
+    if weights.human <= 0 or task_set == "class":
         return None
     with open_db(db_path) as db:
         return load_preference_model(db, "coding" if task_set == "coding" else "writing", fold)

@@ -258,7 +258,7 @@ def paired_scores(
 def gate(
     client: PolicyClient,
     candidates: dict[int, int],
-    task_set: TaskSet,
+    task_set: str,
     agents: int,
     db_path: str | Path | None = None,
     settings: GateSettings | None = None,
@@ -269,8 +269,8 @@ def gate(
     fold: str | None = None,
 ) -> GateResult:
     """Score the candidate versions against the serving team on the validation split (HumanEval's
-    by the run's `fold`), in episodes of up to `turns` turns, with the reward the run trained on
-    (ratings included)."""
+    or the classes' by the run's `fold`), in episodes of up to `turns` turns, with the reward the
+    run trained on (ratings included; a class team's: `class_reward`)."""
     settings = settings or GateSettings()
     settings.check()
     weights = weights or RewardWeights()
@@ -284,6 +284,13 @@ def gate(
     candidate = [
         adapter_name(i, candidates[i]) if i in candidates else active[i] for i in range(agents)
     ]
+    if task_set == "class":  # the class team on the validation classes, the class reward
+        from learner.class_train import class_paired_scores, class_validation_problems
+
+        problems = class_validation_problems(fold, settings.tasks)
+        return class_paired_scores(
+            client, (candidate, active), problems, db_path, settings, on_progress, turns
+        )
     return paired_scores(
         client,
         (candidate, active),

@@ -250,8 +250,9 @@ def load_version(client: PolicyClient, name: str, path: str) -> None:
 
 
 def work_kind(task_set: str) -> str:
-    """The kind of work a task set is: "coding", or "writing" (summaries, abstracts, articles)."""
-    return "coding" if task_set == "coding" else "writing"
+    """The kind of work a task set is: "coding", "class" (class teams, ClassEval), or "writing"
+    (summaries, abstracts, articles)."""
+    return task_set if task_set in ("coding", "class") else "writing"
 
 
 def version_names(rows: dict[int, dict], agents: int) -> list[str | None]:

@@ -41,6 +41,7 @@ from agents.tasks import Task, split_tasks
 from agents.team.crossing import recombine
 from agents.team.feedback import checker_for
 from agents.team.graph import Sampling
+from learner.class_train import class_training_problems, play_classes, reward_parts
 from learner.config import TrainArgs
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import SAMPLED_SHARES
@@ -86,26 +87,31 @@ class Cancelled(Exception):
     """The run was cancelled (from the admin tab or `coteam learner`); nothing was published."""
 
 
-def training_tasks(args: TrainArgs) -> list[Task]:
-    """The training split of the run's task set (agents/tasks.py; HumanEval's by `args.fold`),
-    the first `task_limit`."""
+def training_tasks(args: TrainArgs) -> list:
+    """The training split of the run's task set (agents/tasks.py; HumanEval's by `args.fold`;
+    the classes' train split for "class"), the first `task_limit`."""
+    if args.task == "class":
+        return class_training_problems(args.fold, args.task_limit)
     tasks = split_tasks(args.task, "train", args.fold)
     return tasks[: args.task_limit] if args.task_limit else tasks
 
 
-def agent_samples(results, agent: int, turn: int) -> list[Sample]:
-    """Agent `agent`'s call of turn `turn` in each joint sample, as the exact tokens vLLM saw
-    and sampled (none where a stop rule kept nothing of the reply: an empty section)."""
-    samples = []
-    for result in results:
-        [step] = [s for s in result.steps if s["agent"] == agent and s["turn"] == turn]
-        completion = step["completion"]
-        if completion.prompt_token_ids is None or completion.token_ids is None:
-            raise RuntimeError("the server returned no token ids: is it vLLM >= 0.10?")
-        samples.append(
-            Sample(completion.prompt_token_ids, completion.token_ids, completion.token_logprobs)
-        )
-    return samples
+def agent_samples(results, agent: int, turn: int) -> tuple[list[Sample], list[int]]:
+    """Agent `agent`'s calls of turn `turn` in each joint sample, as the exact tokens vLLM saw
+    and sampled (no tokens where a stop rule kept nothing of the reply: an empty section), and
+    for each call the index of its joint sample in `results`. A coding or writing agent makes
+    one call a turn; a class agent one per method it was dealt, each trained with its joint
+    sample's advantage."""
+    samples, owners = [], []
+    for index, result in enumerate(results):
+        for completion in result.calls(agent, turn):
+            if completion.prompt_token_ids is None or completion.token_ids is None:
+                raise RuntimeError("the server returned no token ids: is it vLLM >= 0.10?")
+            samples.append(
+                Sample(completion.prompt_token_ids, completion.token_ids, completion.token_logprobs)
+            )
+            owners.append(index)
+    return samples, owners
 
 
 @dataclass
@@ -313,9 +319,9 @@ def advantages(run: _Run, groups: list[Group]) -> _Batch:
             batch.signalled += 1
             for agent, agent_advantages in enumerate(per_agent):
                 if has_signal(agent_advantages):
-                    calls = agent_samples([results[g] for g in members], agent, turn)
+                    calls, owners = agent_samples([results[g] for g in members], agent, turn)
                     batch.per_agent[agent][0].extend(calls)
-                    batch.per_agent[agent][1].append(agent_advantages)
+                    batch.per_agent[agent][1].append(agent_advantages[owners])
     return batch
 
 
@@ -353,7 +359,7 @@ def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, t
         "groups_with_signal": batch.signalled,
         # every call of every joint sample
         "tokens_generated": sum(
-            s["completion_tokens"] for group in groups for r in group.results for s in r.steps
+            c.completion_tokens for group in groups for r in group.results for c in r.calls()
         ),
         # completion tokens the update trained on, all agents together
         "tokens_trained": sum(len(s.completion_ids) for samples in calls for s in samples),
@@ -424,7 +430,17 @@ def rollout_group(
     weight scaled by the preference model's skill) and the people's model's verdict on each
     (`score_group`), their rewards recorded. Returns the `Group`: each agent's samples' returns
     are the rewards (aligned) or, crossed, the mean reward of the G^agents recombined joint
-    actions each sample is part of (`cross_group`)."""
+    actions each sample is part of (`cross_group`). A class is played by the class team
+    (learner/class_train.py)."""
+    if args.task == "class":
+        played = play_classes(
+            task, client, args.magrpo.group_size, agents=args.agents, adapters=names,
+            sampling=sampling, turns=args.turns, db_path=db_path,
+        )  # fmt: skip
+        rewards = torch.tensor([scored["reward"] for _, scored in played])
+        components = [reward_parts(scored) for _, scored in played]
+        results = [episode for episode, _ in played]
+        return Group(results, rewards, rewards.expand(args.agents, -1), components)
     setup = EpisodeSetup(
         task,
         agents=args.agents,

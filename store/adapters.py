@@ -6,7 +6,7 @@ rolled back; still on disk for rollback) and `rejected` (a candidate the promoti
 down). Agent k with no active adapter of a kind runs the base model on that kind of work
 (version 0 in episodes).
 
-Kinds (`WORK_KINDS`): every version is trained on "coding" or on "writing", and serves only that
+Kinds (`WORK_KINDS`): every version is trained on "coding", "writing" or "class", and serves only that
 kind of work: a team trained on code answers Co-code, one trained on writing Co-write, each
 with its own active version, promotion and rollback.
 
@@ -36,7 +36,7 @@ from sqlite_utils import Database
 from store.db import NotFound, StoreError, decode_json, now, rows, write_transaction
 
 _REGISTERED = re.compile(r"agent([1-9]\d*)-v(\d+)")
-WORK_KINDS = ("coding", "writing")
+WORK_KINDS = ("coding", "writing", "class")
 
 
 def agent_label(agent: int) -> str:

@@ -178,6 +178,34 @@ MIGRATIONS: list[list[str]] = [
         "DROP INDEX adapters_one_active",
         "CREATE UNIQUE INDEX adapters_one_active ON adapters(agent, kind) WHERE state = 'active'",
     ],
+    # 5: class teams train versions of their own (kind 'class'); SQLite changes a column's CHECK
+    # only by rebuilding its table (the same columns, in the same order)
+    [
+        """
+        CREATE TABLE adapters_new (
+            id INTEGER PRIMARY KEY,
+            agent INTEGER NOT NULL CHECK (agent >= 0),
+            version INTEGER NOT NULL CHECK (version >= 1),
+            path TEXT NOT NULL,
+            parent_version INTEGER,
+            previous_active_version INTEGER,
+            training_run_id INTEGER REFERENCES training_runs(id),
+            metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics)),
+            state TEXT NOT NULL DEFAULT 'candidate'
+                CHECK (state IN ('candidate', 'active', 'retired', 'rejected')),
+            created_at TEXT NOT NULL,
+            activated_at TEXT,
+            retired_at TEXT,
+            kind TEXT NOT NULL DEFAULT 'coding' CHECK (kind IN ('coding', 'writing', 'class')),
+            UNIQUE (agent, version),
+            FOREIGN KEY (agent, parent_version) REFERENCES adapters(agent, version)
+        )
+        """,
+        "INSERT INTO adapters_new SELECT * FROM adapters",
+        "DROP TABLE adapters",
+        "ALTER TABLE adapters_new RENAME TO adapters",
+        "CREATE UNIQUE INDEX adapters_one_active ON adapters(agent, kind) WHERE state = 'active'",
+    ],
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

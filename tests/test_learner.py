@@ -1,6 +1,7 @@
 """The learner against the real server: hot-swap under load, a learner killed mid-step, and a
 small real `coteam train` run through the CLI."""
 
+import json
 import os
 import shutil
 import signal
@@ -381,3 +382,38 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     assert step["updated"] == (step["calls_trained"] > 0)
     with store.open_db(db_path) as db:  # the G episodes of each rollout; no crossed mix stored
         assert len(store.list_episodes(db, limit=100)) == 2 + 2
+
+
+def test_coteam_train_on_classes_publishes_class_versions_and_leaves_the_coders_serving(
+    vllm_server, policy, model_path, home
+):
+    """A tiny real run of the class team: its sampled episodes recorded, each agent's methods
+    trained, candidates of kind "class" (a new installation's shipped coders stay the coding
+    team, and the class run starts from the base model), the gate on a validation class."""
+    db_path = home / "coteam.db"
+    learner = run_train(
+        vllm_server.url, model_path, db_path, home, "--task", "class", "--steps", "1",
+        "--gate-tasks", "1", task_limit=1,
+    )  # fmt: skip
+    out, _ = learner.communicate(timeout=1800)
+    assert learner.returncode == 0, out
+    assert "the shipped trained adapter is version 1 (for coding)" in out
+    with store.open_db(db_path) as db:
+        [run] = store.list_training_runs(db)
+        [step] = run["metrics"]["history"]
+        episodes = store.get_episodes(db, [e["id"] for e in store.list_episodes(db, limit=100)])
+        rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
+        coding = store.active_adapters(db, "coding")
+    sampled = [e for e in episodes if e["group_id"] and e["shape"] == "class_parallel"]
+    assert len(sampled) == 2 and {e["adapter_versions"][0] for e in sampled} == {0}
+    assert all(set(e["rewards"]) >= {"tests", "whole_class", "speed"} for e in sampled)
+    methods = sum(len(json.loads(t["observation"])) for e in sampled for t in e["turns"])
+    assert step["tokens_generated"] > 0 and methods >= 2 * 2
+    if step["updated"]:  # every call of each agent, one per method it wrote
+        assert sum(step["calls_by_agent"]) == methods
+    assert {a: r["version"] for a, r in coding.items()} == {0: 1, 1: 1}
+    for lineage in rows.values():
+        shipped, candidate = lineage
+        assert shipped["kind"] == "coding" and candidate["kind"] == "class"
+        assert candidate["parent_version"] is None  # from the base model, not the coders
+        assert candidate["state"] in ("active", "rejected") and "gate" in candidate["metrics"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
 from agents.kinds.classes import (
@@ -85,6 +85,7 @@ class ClassTeam:
     max_tokens: int = 256
     seed: int | None = None
     turns: int = 1
+    logprobs: bool = False  # keep each call's token ids and sampling log-probs (the learner)
 
 
 @dataclass
@@ -100,6 +101,7 @@ class MethodStep:
     latency_s: float
     finish_reason: str | None = None
     turn: int = 0
+    completion: Any = field(default=None, repr=False)  # the server's Completion (token ids)
 
 
 @dataclass
@@ -114,6 +116,29 @@ class ClassEpisode:
     verdict: ClassReport
     wall_s: float
     max_tokens: int = 256  # each method's budget
+
+    @property
+    def success(self) -> bool:
+        """Whether the whole class passed (every test class)."""
+        return self.verdict.all_passed
+
+    @property
+    def turns(self) -> int:
+        return 1 + max((s.turn for s in self.steps), default=0)
+
+    @property
+    def output(self) -> str:
+        return self.merged.program
+
+    def calls(self, agent: int | None = None, turn: int | None = None) -> list:
+        """Agent `agent`'s calls of turn `turn` (one per method it wrote; every call: None), as
+        the server returned them (`Completion`, with token ids when the team asked for
+        `logprobs`)."""
+        return [
+            s.completion
+            for s in self.steps
+            if (agent is None or s.agent == agent) and (turn is None or s.turn == turn)
+        ]
 
     @property
     def agent_tokens(self) -> list[int]:
@@ -274,13 +299,14 @@ def _write_methods(
             seed=None if team.seed is None else team.seed + agent,
             stop=STOPS,
             stop_when=method_end,
+            logprobs=team.logprobs,
         )
         stream = lambda _, piece: write({"event": "token", "agent": agent, "text": piece})  # noqa: E731
         [completion] = team.policy.generate([request], on_token=stream)
         steps.append(
             MethodStep(
                 agent, method, begun, begun + completion.text, completion.completion_tokens,
-                completion.latency_s, completion.finish_reason, turn,
+                completion.latency_s, completion.finish_reason, turn, completion,
             )
         )  # fmt: skip
     return steps
@@ -383,6 +409,7 @@ def run_class_episode(
     seed: int | None = None,
     turns: int = 1,
     on_event=None,
+    logprobs: bool = False,
 ) -> ClassEpisode:
     """One class episode: the methods dealt (one agent for the single shapes), written, merged,
     judged. Every shape begins each method's reply with the same opening and has the same token
@@ -398,7 +425,7 @@ def run_class_episode(
     adapters = list(adapters or []) + [None] * len(dealt)
     team = ClassTeam(
         problem, shape, dealt, adapters[: len(dealt)], policy, temperature, top_p, max_tokens,
-        seed, turns,
+        seed, turns, logprobs,
     )  # fmt: skip
     start = time.monotonic()
     state = None

@@ -60,6 +60,11 @@ class ClassProblem:
     calls: dict = field(default_factory=dict)  # method -> the other methods it calls (upstream)
     solution: str | None = None  # the canonical class, when known
 
+    @property
+    def source_id(self) -> str:
+        """The problem's id in its set (as a training run's task order keeps it)."""
+        return self.task_id
+
     def program(self, body: str) -> str:
         """A whole module: the imports, then `body` (a class)."""
         return (self.imports + "\n\n" if self.imports else "") + body

@@ -53,6 +53,15 @@ class EpisodeResult:
         """The environment's test run on the final output (None if its checker ran no tests)."""
         return self.assessments[-1].get("report") if self.assessments else None
 
+    def calls(self, agent: int | None = None, turn: int | None = None) -> list[Completion]:
+        """What the server returned for the calls of `agent` at `turn` (every call: None), in
+        order."""
+        return [
+            s["completion"]
+            for s in self.steps
+            if (agent is None or s["agent"] == agent) and (turn is None or s["turn"] == turn)
+        ]
+
     def final_steps(self) -> list[Step]:
         """Each agent's last call, by agent index: the parts the final output was made from."""
         last = {step["agent"]: step for step in self.steps}

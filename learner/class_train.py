@@ -1,0 +1,185 @@
+"""Class teams in the learner: a MAGRPO group of class episodes, their record in the store, and the
+promotion gate's paired episodes on the validation classes.
+
+A class episode (agents/kinds/class_team.py) is the `parallel` team: every agent writes the
+methods dealt to it, each method its own call begun with the skeleton's head of that method, the
+calls of one agent one after another. In training, each of an agent's calls in joint sample g is
+trained with that sample's joint advantage (learner/train.py `agent_samples`): the methods of a
+sample succeed or fail together, as the class does. The joint reward is `class_reward` (the test
+classes passed, the whole class, calls to teammates' methods that pass, speed); what the
+environment writes into a reply — each method's opening, the skeleton — is never the agents' own:
+the opening is the prompt's, not the completion's, so no token of it is trained or paid for.
+
+Recorded like any episode: a task per class (kind "class", source "classeval"), an episode per
+joint sample with the group's id, one turn row per agent and turn (its methods' prompts and its
+methods, joined), the reward's parts and the joint reward.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import store
+from agents.kinds.class_team import (
+    ClassEpisode,
+    ClassRewardWeights,
+    class_reward,
+    run_class_episode,
+)
+from agents.kinds.classes import ClassProblem, class_splits
+from store.adapters import recorded_version
+
+CLASS_WEIGHTS = ClassRewardWeights()  # the one class reward, for training, the gate and the CLI
+
+
+def class_training_problems(fold: str | None, limit: int | None) -> list[ClassProblem]:
+    """The class train split (agents/kinds/classes.py `class_splits`), the first `limit`."""
+    problems = class_splits(fold)["train"]
+    return problems[:limit] if limit else problems
+
+
+def class_validation_problems(fold: str | None, limit: int) -> list[ClassProblem]:
+    """The gate's classes: the validation split, the first `limit`."""
+    return class_splits(fold)["validation"][:limit]
+
+
+def play_classes(
+    problem: ClassProblem,
+    policy,
+    samples: int,
+    *,
+    agents: int,
+    adapters: list[str | None],
+    sampling,
+    turns: int = 1,
+    db_path: str | Path | None = None,
+    seed: int | None = None,
+) -> list[tuple[ClassEpisode, dict]]:
+    """`samples` episodes of the class team on `problem` at once (a MAGRPO group: their calls
+    reach the server together), each scored by `class_reward` and, given `db_path`, recorded with
+    one group id. Sample g is seeded `seed + 100 g` when `seed` is given."""
+    group_id = uuid.uuid4().hex
+
+    def one(g: int) -> tuple[ClassEpisode, dict]:
+        episode = run_class_episode(
+            problem, policy, shape="parallel", agents=agents, adapters=adapters,
+            temperature=sampling.temperature, top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens, seed=None if seed is None else seed + 100 * g,
+            turns=turns, logprobs=sampling.logprobs,
+        )  # fmt: skip
+        scored = class_reward(episode, CLASS_WEIGHTS)
+        if db_path is not None:
+            record_class_episode(db_path, episode, scored, adapters, group_id, g, sampling)
+        return episode, scored
+
+    with ThreadPoolExecutor(max_workers=samples) as pool:
+        return list(pool.map(one, range(samples)))
+
+
+def reward_parts(scored: dict) -> dict[str, float]:
+    """The reward's numeric parts (coordination missing where no method implies a teammate's
+    call)."""
+    return {
+        k: float(v)
+        for k, v in scored.items()
+        if k not in ("reward", "calls") and isinstance(v, int | float)
+    }
+
+
+def record_class_episode(
+    db_path, episode: ClassEpisode, scored: dict, adapters, group_id=None, sample_index=0,
+    sampling=None,
+) -> int:  # fmt: skip
+    """Keep a class episode in the store: its task (the class), the episode, each agent's turn
+    (the prompts it saw and the methods it wrote, joined), the merged class, the reward."""
+    problem = episode.problem
+    with store.open_db(db_path) as db:
+        task_id = store.create_task(
+            db, "class", problem.skeleton,
+            source="classeval" if problem.task_id.startswith("ClassEval_") else "user",
+            source_id=problem.task_id if problem.task_id.startswith("ClassEval_") else None,
+            metadata={"class_name": problem.class_name, "methods": list(problem.methods)},
+        )  # fmt: skip
+        names = (list(adapters) + [None] * len(episode.dealt))[: len(episode.dealt)]
+        versions = [recorded_version(name) for name in names]
+        params = {"dealt": episode.dealt}
+        if sampling is not None:
+            params |= {"temperature": sampling.temperature, "top_p": sampling.top_p}
+        with store.recording_episode(
+            db, task_id, shape=f"class_{episode.shape}",
+            roles=[", ".join(methods) for methods in episode.dealt],
+            adapter_versions=versions, group_id=group_id, sample_index=sample_index, params=params,
+        ) as episode_id:  # fmt: skip
+            for turn in range(episode.turns):
+                for agent in range(len(episode.dealt)):
+                    steps = [s for s in episode.steps if s.agent == agent and s.turn == turn]
+                    if not steps:
+                        continue
+                    store.add_turn(
+                        db, episode_id, turn=turn, agent=agent,
+                        observation=json.dumps([s.method for s in steps]),
+                        completion="\n".join(s.text for s in steps),
+                        prompt_tokens=sum(
+                            s.completion.prompt_tokens for s in steps if s.completion
+                        ),
+                        completion_tokens=sum(s.completion_tokens for s in steps),
+                        latency_s=sum(s.latency_s for s in steps),
+                    )  # fmt: skip
+            store.finish_episode(db, episode_id, episode.output, wall_time_s=episode.wall_s)
+        weights = {k: getattr(CLASS_WEIGHTS, k) for k in reward_parts(scored) if k != "tests"}
+        weights["tests"] = CLASS_WEIGHTS.tests
+        store.record_rewards(db, episode_id, reward_parts(scored), scored["reward"], weights)
+    return episode_id
+
+
+def class_paired_scores(
+    client, teams, problems: list[ClassProblem], db_path, settings, on_progress=None, turns=1
+):
+    """The gate on classes: both teams (candidate, serving) write every validation class, greedy
+    (or `settings.samples` sampled answers, the same seeds for both teams); a class's figures
+    are its answers' means: the joint reward and the share of its test classes passed."""
+    from agents.team.graph import Sampling
+    from learner.promotion import GateResult
+
+    k = settings.samples
+    total, done, lock = 2 * len(problems), 0, threading.Lock()
+
+    def one(job):
+        nonlocal done
+        team, index = job
+        # greedy, or as the app samples (T = 0.8, top-p 0.95), seeded by the class
+        sampling = Sampling(max_tokens=settings.max_tokens)
+        if k == 1:
+            sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=settings.max_tokens)
+        played = play_classes(
+            problems[index], client, k, agents=len(teams[team]), adapters=teams[team],
+            sampling=sampling, turns=turns, db_path=db_path,
+            seed=None if k == 1 else 1000 * index,
+        )  # fmt: skip
+        with lock:
+            done += 1
+            if on_progress:
+                on_progress(done, total)
+        return played
+
+    jobs = [(team, i) for i in range(len(problems)) for team in (0, 1)]
+    with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
+        outcomes = dict(zip(jobs, pool.map(one, jobs), strict=True))
+
+    def mean(values) -> float:
+        values = list(values)
+        return sum(values) / len(values)
+
+    def figures(team: int, what) -> list[float]:
+        return [mean(what(e, s) for e, s in outcomes[(team, i)]) for i in range(len(problems))]
+
+    rewards = [figures(t, lambda e, s: s["reward"]) for t in (0, 1)]
+    passed = [figures(t, lambda e, s: e.verdict.fraction) for t in (0, 1)]
+    return GateResult(
+        candidate_rewards=rewards[0], active_rewards=rewards[1],
+        candidate_passed=passed[0], active_passed=passed[1], settings=settings,
+    )  # fmt: skip

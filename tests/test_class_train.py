@@ -1,0 +1,101 @@
+"""Class teams in the learner: each agent's calls (one per method) trained with their joint
+sample's advantage, class episodes recorded in the store, class versions of their own."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import store
+from agents.kinds.class_team import class_reward, run_class_episode
+from agents.kinds.classes import class_problem
+from agents.serving.policy import Completion
+from learner.class_train import (
+    class_training_problems,
+    class_validation_problems,
+    record_class_episode,
+)
+from learner.config import MAGRPOConfig, TrainArgs
+from learner.registry import work_kind
+from learner.train import Group, advantages, agent_samples, training_tasks
+from tests.test_classes import Scripted
+
+
+class WithTokens(Scripted):
+    """The canonical methods, with token ids as the server returns them when asked: the prompt
+    one id per word of the view, the completion one per line of the method."""
+
+    def generate(self, requests, on_token=None):
+        out = []
+        for request, completion in zip(requests, super().generate(requests), strict=True):
+            words = " ".join(m["content"] for m in request.messages).split()
+            lines = completion.text.splitlines()
+            out.append(
+                Completion(
+                    completion.text, request.adapter, len(words), len(lines), 0.0, 0.0, "stop",
+                    prompt_token_ids=[len(w) for w in words],
+                    token_ids=[len(line) for line in lines],
+                    token_logprobs=[-0.5] * len(lines) if request.logprobs else None,
+                )
+            )  # fmt: skip
+        return out
+
+
+def test_each_agent_trains_every_method_it_wrote_with_its_joint_samples_advantage():
+    problem = class_problem(4)  # six methods: three each for a team of two
+    policy = WithTokens(problem)
+    episodes = [
+        run_class_episode(problem, policy, agents=2, logprobs=True, temperature=0.8)
+        for _ in range(2)
+    ]
+    assert [len(e.calls(agent, 0)) for e in episodes for agent in (0, 1)] == [3, 3, 3, 3]
+    samples, owners = agent_samples(episodes, 1, 0)
+    assert owners == [0, 0, 0, 1, 1, 1]
+    assert [s.completion_ids for s in samples] == [c.token_ids for c in episodes[0].calls(1, 0)] * 2
+    assert all(s.sampling_logprobs for s in samples)
+    # joint rewards 1 and 0: sample 0's calls carry +0.5, sample 1's −0.5, every agent alike
+    rewards = torch.tensor([1.0, 0.0])
+    run = SimpleNamespace(args=SimpleNamespace(agents=2, magrpo=MAGRPOConfig()))
+    batch = advantages(run, [Group(episodes, rewards, rewards.expand(2, -1), [{}, {}])])
+    for agent in (0, 1):
+        calls, per_group = batch.per_agent[agent]
+        assert len(calls) == 6
+        assert torch.cat(per_group).tolist() == [0.5] * 3 + [-0.5] * 3
+    assert batch.signalled == 1 and batch.skipped == 0
+
+
+def test_a_class_episode_is_recorded_with_each_agents_methods_and_the_reward(tmp_path):
+    problem = class_problem(4)
+    episode = run_class_episode(problem, WithTokens(problem), agents=2)
+    scored = class_reward(episode)
+    db_path = tmp_path / "coteam.db"
+    first = record_class_episode(db_path, episode, scored, ["agent1-v2", None], "g", 1)
+    again = record_class_episode(db_path, episode, scored, ["agent1-v2", None])
+    with store.open_db(db_path) as db:
+        one, two = store.get_episodes(db, [first, again])
+    assert one["task_id"] == two["task_id"]  # a class is one task, however often it is written
+    assert one["shape"] == "class_parallel" and one["status"] == "ok"
+    assert one["adapter_versions"] == [2, 0] and one["group_id"] == "g"
+    assert one["final_output"] == episode.output
+    for agent, methods in enumerate(episode.dealt):
+        [turn] = [t for t in one["turns"] if t["agent"] == agent]
+        for method in methods:
+            assert f"def {method}(" in turn["completion"]
+    assert one["reward"] == pytest.approx(scored["reward"])
+    assert one["rewards"]["tests"] == 1.0 and one["rewards"]["whole_class"] == 1.0
+
+
+def test_a_class_run_trains_on_the_class_train_split_and_its_versions_are_its_own(tmp_path):
+    args = TrainArgs(task="class", fold="2/4")
+    args.check()
+    trained = {p.task_id for p in training_tasks(args)}
+    assert trained == {p.task_id for p in class_training_problems("2/4", None)}
+    assert not trained & {p.task_id for p in class_validation_problems("2/4", 64)}
+    assert work_kind("class") == "class" and work_kind("coding") == "coding"
+    with pytest.raises(ValueError, match="class team is aligned"):
+        TrainArgs(task="class", magrpo=MAGRPOConfig(joint_mode="cross")).check()
+    with store.open_db(tmp_path / "coteam.db") as db:  # the schema takes a class version
+        row = store.register_adapter(db, 0, str(tmp_path / "a"), version=1, kind="class")
+        store.activate_adapter(db, 0, row["version"])
+        assert store.active_adapters(db, "class")[0]["version"] == 1
+        assert store.active_adapters(db, "coding") == {}
