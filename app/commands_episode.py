@@ -249,17 +249,22 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
     from agents.serving.policy import PolicyError
     from agents.team.roles import SHAPES
     from learner.class_eval import run_class_eval
+    from learner.evaluate import check_held_out, load_variant_adapters, parse_variant
 
     shapes = args.shapes or SHAPES
     shapes = ("single", "single_incremental", "parallel") if shapes == SHAPES else shapes
     try:
+        variants = dict(parse_variant(t) for t in args.adapters or [])
+        check_held_out(variants, args.split or "heldout", args.fold, args.db)
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
+            load_variant_adapters(policy, variants, args.db)
             results = run_class_eval(
                 policy, args.out, shapes=shapes, agents=args.agents or 2,
                 split=args.split or "heldout", fold=args.fold, limit=args.limit,
                 samples=args.samples or 1, max_tokens=args.max_tokens or 256,
                 turns=args.turns or 1, progress=not args.no_progress, command=command,
+                variants=variants,
             )  # fmt: skip
     except (OSError, ValueError, PolicyError) as e:
         print(f"coteam eval: error: {e}", file=sys.stderr)

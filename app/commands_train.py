@@ -24,6 +24,27 @@ def _train_args(args: argparse.Namespace):
     return train_args
 
 
+def _run_to_train(args: argparse.Namespace):
+    """(run id, its TrainArgs, the checkpoint to resume from or None): a new run from the flags,
+    or `--resume`'s stopped run with its own config (only --steps may change)."""
+    from learner.run import resume_run, start_run
+
+    if args.resume is None:
+        train_args = _train_args(args)
+        return start_run(args.db, "cli", train_args), train_args, None
+    from learner.config import TrainArgs
+    from learner.flags import given_flags
+
+    kept = [name for name in given_flags(args, TrainArgs) if name != "--steps"]
+    if kept:
+        flags = ", ".join(kept)
+        raise ValueError(
+            f"a resumed run keeps the config it started with; only --steps can change: "
+            f"leave out {flags}"
+        )
+    return resume_run(args.db, args.resume, steps=args.steps)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -31,8 +52,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from app.commands_serve import start_with_shipped
     from learner.eval_stats import SAMPLED_SHARES
     from learner.promotion import describe_gate
+    from learner.registry import work_kind
     from learner.report import plot_training_curve
-    from learner.run import execute_run, resume_run, start_run
+    from learner.run import execute_run
     from learner.train import read_checkpoint, steps_per_pass, training_tasks
     from store import adapter_name
     from store.paths import runs_dir
@@ -40,22 +62,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if not args.verbose:
         quiet_request_logs()
-    resume_from = None
-    if args.resume is not None:
-        from learner.config import TrainArgs
-        from learner.flags import given_flags
-
-        kept = [name for name in given_flags(args, TrainArgs) if name != "--steps"]
-        if kept:
-            flags = ", ".join(kept)
-            raise ValueError(
-                f"a resumed run keeps the config it started with; only --steps can change: "
-                f"leave out {flags}"
-            )
-        run_id, train_args, resume_from = resume_run(args.db, args.resume, steps=args.steps)
-    else:
-        train_args = _train_args(args)
-        run_id = start_run(args.db, "cli", train_args)
+    run_id, train_args, resume_from = _run_to_train(args)
     curve = runs_dir(args.db) / "curves" / f"run-{run_id}.png"
     pass_steps = steps_per_pass(len(training_tasks(train_args)), train_args.magrpo.tasks_per_step)
     with contextlib.ExitStack() as stack:
@@ -69,11 +76,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, stop)
         base = provision_model(args.model)
         if train_args.fold is None:  # the shipped team was trained on the fixed split
-            from learner.registry import work_kind
-
-            start_with_shipped(
-                args.db, base, then="; training goes on from it", kind=work_kind(train_args.task)
-            )
+            kind = work_kind(train_args.task)
+            start_with_shipped(args.db, base, then="; training goes on from it", kind=kind)
         # a resumed run's bar and curve go on from the steps done before it stopped
         history = read_checkpoint(resume_from)["history"] if resume_from else []
         bar = tqdm(

@@ -14,8 +14,13 @@ class:
 - critical-path tokens (the most any one agent wrote) and wall time per class: the ratio of the
   means, team over single.
 
-Writes `episodes.jsonl` (one line per class, shape, team size and sample: the episode's summary;
-a run started again, or with another `--agents`, skips what is there), and
+Variants (`--adapters NAME=agent1-v3,agent2-v3`) run every shape with those adapter versions (agent
+k's the k-th; a single agent the first); a variant's rows are `shape@NAME`, paired like any team
+against the better single form of the base model (the untrained start: the same openings, budget
+and judge).
+
+Writes `episodes.jsonl` (one line per class, shape, variant, team size and sample: the episode's
+summary; a run started again, or with another `--agents`, skips what is there), and
 `results-agentsN-samplesK.json` and `report-agentsN-samplesK.md` to `out`.
 """
 
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from agents.kinds.class_team import CLASS_SHAPES, run_class_episode
 from agents.kinds.classes import class_splits
+from learner.config import BASE_VARIANT
 
 SINGLE_FORMS = ("single", "single_incremental")
 SPLITS = {"heldout": "held_out", "train": "train", "all": None}
@@ -61,28 +67,30 @@ def run_class_eval(
     turns: int = 1,
     progress: bool = True,
     command: str = "",
+    variants: dict[str, tuple[str | None, ...]] | None = None,
 ) -> dict:
-    """Run every (class, shape, sample) not yet in `out`/episodes.jsonl, then write the results."""
+    """Run every (class, shape, variant, sample) not yet in `out`/episodes.jsonl, then write the
+    results. `variants`: name -> each agent's adapter (the base model always runs, as "base")."""
+    variants = {BASE_VARIANT: ()} | dict(variants or {})
     unknown = [s for s in shapes if s not in CLASS_SHAPES]
     if unknown:
         raise ValueError(f"unknown class shapes {unknown}: {', '.join(CLASS_SHAPES)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "episodes.jsonl"
-    done = set()
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            key = (row["task_id"], row["shape"], row["sample"], len(row["dealt"]))
-            done.add((*key, row.get("turns", 1)))
+    done = _done(path)
     problems = class_eval_problems(split, fold, limit)
     jobs = [
-        (problem, shape, sample)
+        (problem, shape, variant, sample)
         for problem in problems
         for sample in range(samples)
+        for variant in variants
         for shape in shapes  # interleaved: the machine's load falls on every shape alike
-        if (problem.task_id, shape, sample, team_size(problem, shape, agents), turns) not in done
-    ]
+        if (
+            problem.task_id, labelled(shape, variant), sample, team_size(problem, shape, agents),
+            turns,
+        ) not in done
+    ]  # fmt: skip
     bar = None
     if progress:
         from tqdm import tqdm
@@ -90,13 +98,13 @@ def run_class_eval(
         bar = tqdm(total=len(jobs), desc="class episodes", unit="episode")
     greedy = samples == 1
     with path.open("a", encoding="utf-8") as f:
-        for problem, shape, sample in jobs:
+        for problem, shape, variant, sample in jobs:
             episode = run_class_episode(
-                problem, policy, shape=shape, agents=agents,
+                problem, policy, shape=shape, agents=agents, adapters=list(variants[variant]),
                 temperature=0.0 if greedy else 0.8, top_p=1.0 if greedy else 0.95,
                 max_tokens=max_tokens, seed=None if greedy else 1000 * sample, turns=turns,
             )  # fmt: skip
-            row = episode.summary() | {"sample": sample, "turns": turns}
+            row = episode.summary() | {"sample": sample, "turns": turns, "variant": variant}
             f.write(json.dumps(row) + "\n")
             f.flush()
             if bar is not None:
@@ -105,12 +113,13 @@ def run_class_eval(
         bar.close()
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     sizes = {(p.task_id, s): team_size(p, s, agents) for p in problems for s in shapes}
+    labels = tuple(labelled(s, v) for v in variants for s in shapes)
     rows = [
-        r for r in rows
+        r | {"shape": label(r)} for r in rows
         if sizes.get((r["task_id"], r["shape"])) == len(r["dealt"]) and r["sample"] < samples
-        and r.get("turns", 1) == turns
+        and r.get("turns", 1) == turns and label(r) in labels
     ]  # fmt: skip
-    results = summarize(rows, shapes, agents) | {
+    results = summarize(rows, labels, agents) | {
         "command": command,
         "split": split,
         "fold": fold,
@@ -118,11 +127,32 @@ def run_class_eval(
         "samples": samples,
         "max_tokens": max_tokens,
         "turns": turns,
+        "variants": {k: list(v) for k, v in variants.items()},
     }
     name = f"agents{agents}-samples{samples}" + (f"-turns{turns}" if turns > 1 else "")
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
+
+
+def _done(path: Path) -> set[tuple]:
+    """What `episodes.jsonl` holds: (class, row name, sample, team size, turns) of each line."""
+    done = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            key = (row["task_id"], label(row), row["sample"], len(row["dealt"]))
+            done.add((*key, row.get("turns", 1)))
+    return done
+
+
+def labelled(shape: str, variant: str) -> str:
+    """A row's name in the tables: the shape, `@variant` for adapters other than the base model."""
+    return shape if variant == BASE_VARIANT else f"{shape}@{variant}"
+
+
+def label(row: dict) -> str:
+    return labelled(row["shape"], row.get("variant", BASE_VARIANT))
 
 
 def team_size(problem, shape: str, agents: int) -> int:
@@ -222,7 +252,8 @@ def report(results: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for shape, f in results["figures"].items():
-        name = shape if shape in SINGLE_FORMS else f"{shape} ({results['agents']} agents)"
+        alone = shape.split("@")[0] in SINGLE_FORMS
+        name = shape if alone else f"{shape} ({results['agents']} agents)"
         lines.append(
             f"| {name} | {f['method_level']:.3f} ({f['test_classes_passed']}/"
             f"{f['test_classes_total']}) | {f['class_level']:.3f} | "
@@ -241,6 +272,9 @@ def report(results: dict) -> str:
             f"{t['class_only_single']} ({t['mcnemar_p']:.3g}) | {t['tokens_ratio']:.2f} | "
             f"{t['wall_ratio']:.2f} |"
         )
+    named = {k: v for k, v in results.get("variants", {}).items() if v}
+    if named:
+        lines += ["", "Variants: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in named.items())]
     if results.get("command"):
         lines += ["", f"Command: `{results['command']}`"]
     return "\n".join(lines) + "\n"

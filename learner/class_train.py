@@ -138,12 +138,12 @@ def record_class_episode(
 
 def class_paired_scores(
     client, teams, problems: list[ClassProblem], db_path, settings, on_progress=None, turns=1
-):
+) -> tuple[list[list[float]], list[list[float]]]:
     """The gate on classes: both teams (candidate, serving) write every validation class, greedy
     (or `settings.samples` sampled answers, the same seeds for both teams); a class's figures
-    are its answers' means: the joint reward and the share of its test classes passed."""
+    are its answers' means: the joint reward and the share of its test classes passed, per team
+    ([candidate's, serving's] each)."""
     from agents.team.graph import Sampling
-    from learner.promotion import GateResult
 
     k = settings.samples
     total, done, lock = 2 * len(problems), 0, threading.Lock()
@@ -179,7 +179,4 @@ def class_paired_scores(
 
     rewards = [figures(t, lambda e, s: s["reward"]) for t in (0, 1)]
     passed = [figures(t, lambda e, s: e.verdict.fraction) for t in (0, 1)]
-    return GateResult(
-        candidate_rewards=rewards[0], active_rewards=rewards[1],
-        candidate_passed=passed[0], active_passed=passed[1], settings=settings,
-    )  # fmt: skip
+    return rewards, passed

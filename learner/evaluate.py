@@ -259,36 +259,38 @@ def settings_clash(old: dict, new: dict, ignore: Sequence[str]) -> list[str]:
     return sorted(k for k in keys if old.get(k) != new.get(k))
 
 
-def variant_adapters(config: EvalConfig) -> set[str]:
+def variant_adapters(variants: dict[str, Sequence[str | None]]) -> set[str]:
     """Every adapter name a variant of the run serves."""
-    return {a for adapters in config.variants.values() for a in adapters if a}
+    return {a for adapters in variants.values() for a in adapters if a}
 
 
-def check_held_out(config: EvalConfig, db_path: str | Path | None) -> None:
+def check_held_out(
+    variants: dict, split: str, fold: str | None, db_path: str | Path | None
+) -> None:
     """Refuse to evaluate on held-out problems a variant's adapter (or one it was trained from)
     was trained on: every registered `agentK-vN` must come from runs on the evaluation's split
     (the fixed split, or the same fold)."""
-    if SPLITS[config.split] != "held_out":
+    if SPLITS[split] != "held_out":
         return
     with store.open_db(db_path) as db:
-        for name in sorted(variant_adapters(config)):
+        for name in sorted(variant_adapters(variants)):
             parsed = store.parse_adapter_name(name)
             try:
-                other = other_splits(db, *parsed, config.fold) if parsed else []
+                other = other_splits(db, *parsed, fold) if parsed else []
             except store.NotFound:
                 continue  # not registered: load_variant_adapters says so
             if other:
                 raise EvalError(
                     f"{name} was trained on the training problems of {', '.join(other)}, "
-                    f"which include held-out problems of {split_label(config.fold)}: evaluate "
+                    f"which include held-out problems of {split_label(fold)}: evaluate "
                     "it with the fold it was trained on"
                 )
 
 
-def load_variant_adapters(policy: Any, config: EvalConfig, db_path: str | Path | None) -> None:
+def load_variant_adapters(policy: Any, variants: dict, db_path: str | Path | None) -> None:
     """Load every variant's adapters the server lacks, from the adapter registry (`agentK-vN`
     is agent K's version N)."""
-    wanted = variant_adapters(config)
+    wanted = variant_adapters(variants)
     if not wanted or not hasattr(policy, "list_adapters"):
         return
     missing = wanted - set(policy.list_adapters())
@@ -384,7 +386,7 @@ def evaluate(
     """
     out_dir = Path(out_dir)
     db_path = str(db or default_db_path())
-    check_held_out(config, db_path)
+    check_held_out(config.variants, config.split, config.fold, db_path)
     _check_folder(config, out_dir, command)
     with store.open_db(db_path) as database:
         store.recover_interrupted(database)  # a killed run leaves its episodes 'running'
@@ -394,7 +396,7 @@ def evaluate(
     units = plan(config, tasks, done)
     total = config.episode_count(len(tasks))
     if units:
-        load_variant_adapters(policy, config, db_path)
+        load_variant_adapters(policy, config.variants, db_path)
         if any(task.kind == "writing" for task in tasks):
             # the writers' combiner embeds sentences: load the model before the first episode's
             # clock starts (4.5 s on a 2-core CPU), not inside whichever shape runs first

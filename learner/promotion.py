@@ -288,9 +288,13 @@ def gate(
         from learner.class_train import class_paired_scores, class_validation_problems
 
         problems = class_validation_problems(fold, settings.tasks)
-        return class_paired_scores(
+        rewards, passed = class_paired_scores(
             client, (candidate, active), problems, db_path, settings, on_progress, turns
         )
+        return GateResult(
+            candidate_rewards=rewards[0], active_rewards=rewards[1],
+            candidate_passed=passed[0], active_passed=passed[1], settings=settings,
+        )  # fmt: skip
     return paired_scores(
         client,
         (candidate, active),

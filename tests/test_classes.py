@@ -362,6 +362,30 @@ def test_the_class_evaluation_pairs_each_team_with_the_better_single_form(tmp_pa
     assert "parallel (4 agents)" in report and "same openings" in report
 
 
+def test_a_variant_runs_every_shape_with_its_adapters_against_the_base_single(tmp_path):
+    from learner.class_eval import run_class_eval
+
+    policy = ScriptedClasses()
+    seen = []
+    generate = policy.generate
+    policy.generate = lambda requests, on_token=None: seen.extend(requests) or generate(requests)
+    results = run_class_eval(
+        policy, tmp_path, shapes=("single", "parallel"), limit=2, progress=False,
+        variants={"trained": ("agent1-v2", "agent2-v2")},
+    )  # fmt: skip
+    assert set(results["figures"]) == {"single", "parallel", "single@trained", "parallel@trained"}
+    assert {p: t["against"] for p, t in results["paired"].items()} == {
+        "parallel": "single", "single@trained": "single", "parallel@trained": "single",
+    }  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert {(r["shape"], r["variant"]) for r in rows} == {
+        (shape, variant) for shape in ("single", "parallel") for variant in ("base", "trained")
+    }
+    assert {r.adapter for r in seen} == {None, "agent1-v2", "agent2-v2"}
+    report = (tmp_path / "report-agents2-samples1.md").read_text()
+    assert "| single@trained |" in report and "trained = agent1-v2, agent2-v2" in report
+
+
 class WrongThenRight(Scripted):
     """Writes get_gpa wrong on the first turn, right once it has seen the verdict."""
 

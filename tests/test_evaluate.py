@@ -466,7 +466,7 @@ def test_an_evaluation_by_fold_refuses_adapters_trained_on_its_held_out_problems
             db=db,
             progress=False,
         )
-    with pytest.raises(EvalError, match="--fold splits HumanEval only"):
+    with pytest.raises(EvalError, match="--fold splits HumanEval and the classes only"):
         EvalConfig(task="writing", fold="1/2")
     with pytest.raises(ValueError, match="--fold: a fold is F/K"):
         TrainArgs(fold="2/1").check()

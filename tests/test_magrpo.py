@@ -423,9 +423,10 @@ def test_a_call_whose_reply_was_cut_to_nothing_is_a_sample_with_no_tokens():
 
     def result(token_ids):
         done = Completion("", None, 2, 0, 0.1, None, "stop", [1, 2], token_ids, [])
-        return SimpleNamespace(steps=[{"agent": 0, "turn": 0, "completion": done}])
+        return SimpleNamespace(calls=lambda agent, turn: [done])
 
-    [sample] = agent_samples([result([])], agent=0, turn=0)
+    [sample], owners = agent_samples([result([])], agent=0, turn=0)
+    assert owners == [0]
     assert sample.prompt_ids == [1, 2] and sample.completion_ids == []
     with pytest.raises(RuntimeError, match="no token ids"):
         agent_samples([result(None)], agent=0, turn=0)
