@@ -61,12 +61,14 @@ def play_classes(
 ) -> list[tuple[ClassEpisode, dict]]:
     """`samples` episodes of the class team on `problem` at once (a MAGRPO group: their calls
     reach the server together), each scored by `class_reward` and, given `db_path`, recorded with
-    one group id. Sample g is seeded `seed + 100 g` when `seed` is given."""
+    one group id. Sample g is seeded `seed + 100 g` when `seed` is given. One agent is the
+    `single` shape (every method from the skeleton alone: the team's control, trained by GRPO)."""
     group_id = uuid.uuid4().hex
 
     def one(g: int) -> tuple[ClassEpisode, dict]:
         episode = run_class_episode(
-            problem, policy, shape="parallel", agents=agents, adapters=adapters,
+            problem, policy, shape="single" if agents == 1 else "parallel", agents=agents,
+            adapters=adapters,
             temperature=sampling.temperature, top_p=sampling.top_p,
             max_tokens=sampling.max_tokens, seed=None if seed is None else seed + 100 * g,
             turns=turns, logprobs=sampling.logprobs,

@@ -144,7 +144,13 @@ class TrainArgs:
 
     task: TrainSet = field(default="coding", metadata=flag("the curated task set to train on"))
     steps: int = field(default=10, metadata=flag("MAGRPO steps"))
-    agents: int = field(default=2, metadata=flag("team size", choices=range(2, 5)))
+    agents: int = field(
+        default=2,
+        metadata=flag(
+            "team size (1 on classes: one agent writes every method, GRPO, the team's control)",
+            choices=range(1, 5),
+        ),
+    )
     turns: int = field(
         default=1,
         metadata=flag(
@@ -202,8 +208,10 @@ class TrainArgs:
             raise ValueError(f"unknown task {self.task!r}: {', '.join(get_args(TrainSet))}")
         if self.steps < 1:
             raise ValueError(f"a run needs at least 1 step, not {self.steps}")
-        if not 2 <= self.agents <= 4:
-            raise ValueError(f"a team has 2 to 4 agents, not {self.agents}")
+        if not (1 if self.task == "class" else 2) <= self.agents <= 4:
+            raise ValueError(
+                f"a team has 2 to 4 agents (1 on classes: the single agent), not {self.agents}"
+            )
         if c.group_size < 2:
             raise ValueError("MAGRPO needs a group of at least 2 samples per task")
         if not 1 <= self.turns <= MAX_TURNS:

@@ -92,6 +92,9 @@ def test_a_class_run_trains_on_the_class_train_split_and_its_versions_are_its_ow
     assert trained == {p.task_id for p in class_training_problems("2/4", None)}
     assert not trained & {p.task_id for p in class_validation_problems("2/4", 64)}
     assert work_kind("class") == "class" and work_kind("coding") == "coding"
+    TrainArgs(task="class", agents=1).check()  # the control: one agent, GRPO
+    with pytest.raises(ValueError, match="1 on classes"):
+        TrainArgs(task="coding", agents=1).check()
     with pytest.raises(ValueError, match="class team is aligned"):
         TrainArgs(task="class", magrpo=MAGRPOConfig(joint_mode="cross")).check()
     with store.open_db(tmp_path / "coteam.db") as db:  # the schema takes a class version
@@ -99,3 +102,21 @@ def test_a_class_run_trains_on_the_class_train_split_and_its_versions_are_its_ow
         store.activate_adapter(db, 0, row["version"])
         assert store.active_adapters(db, "class")[0]["version"] == 1
         assert store.active_adapters(db, "coding") == {}
+
+
+def test_a_group_of_one_agent_is_the_single_shape_and_a_group_of_two_the_team(tmp_path):
+    from agents.team.graph import Sampling
+    from learner.class_train import play_classes
+
+    problem = class_problem(4)
+    db_path = tmp_path / "coteam.db"
+    for agents, shape in ((1, "class_single"), (2, "class_parallel")):
+        played = play_classes(
+            problem, WithTokens(problem), 2, agents=agents, adapters=[None] * agents,
+            sampling=Sampling(logprobs=True), db_path=db_path,
+        )  # fmt: skip
+        assert [len(e.dealt) for e, _ in played] == [agents, agents]
+        assert all(s["reward"] > 0.8 for _, s in played)  # the canonical class, in full
+        with store.open_db(db_path) as db:
+            rows = [e for e in store.list_episodes(db, limit=10) if e["shape"] == shape]
+        assert len(rows) == 2 and len({r["group_id"] for r in rows}) == 1
