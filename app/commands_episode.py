@@ -75,21 +75,25 @@ def episode_policy(args: argparse.Namespace, stack: contextlib.ExitStack):
     return stack.enter_context(connect_or_start(args.vllm_url, config, progress=progress))
 
 
-def serving_team(args: argparse.Namespace, client, named: dict[int, str]) -> dict[int, str]:
+def serving_team(
+    args: argparse.Namespace, client, named: dict[int, str], size: int | None = None
+) -> dict[int, str]:
     """Each agent's adapter: the one `--adapter` names, else (unless `--base`) the version the
-    database serves, as the app's default choice; a new installation first registers the shipped
-    team, as `coteam serve` does. Loads into the server what it lacks."""
+    database serves for this kind of work, as the app's default choice; a new installation first
+    registers the shipped team, as `coteam serve` does. Loads into the server what it lacks.
+    `size`: the team's agents (default: the shape's)."""
     if args.base:
         return named
     from agents.serving.models import resolve_model
     from agents.team.roles import team_size
     from app.commands_serve import start_with_shipped
-    from learner.registry import ensure_loaded
+    from learner.registry import ensure_loaded, work_kind
     from store import open_db
 
     start_with_shipped(args.db, resolve_model(args.model), file=sys.stderr)  # stdout: the episode
+    size = size or team_size(args.shape, args.agents)
     with open_db(args.db) as db:
-        serving = ensure_loaded(db, client, team_size(args.shape, args.agents), args.task)
+        serving = ensure_loaded(db, client, size, work_kind(args.task))
     return {**{agent: name for agent, name in enumerate(serving) if name}, **named}
 
 
@@ -186,13 +190,16 @@ def prepare_episode(args: argparse.Namespace) -> None:
 
 def class_episode(args: argparse.Namespace) -> int:
     """`coteam episode --task class`: a class team's episode (agents/kinds/classes.py), streamed
-    or as JSON; the base model unless --adapter names versions."""
+    or as JSON, recorded in the database with its reward (learner/class_train.py); the class
+    versions the database serves unless --adapter names others or --base."""
     import json
     from pathlib import Path
 
-    from agents.kinds.class_team import run_class_episode
+    from agents.kinds.class_team import class_reward, run_class_episode
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
+    from learner.class_train import CLASS_WEIGHTS, record_class_episode
+    from learner.registry import RegistryError
 
     try:
         if args.problem:
@@ -202,12 +209,13 @@ def class_episode(args: argparse.Namespace) -> int:
                 raise ValueError("your own class needs --tests-file (unittest classes)")
             skeleton = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
             problem = user_class_problem(skeleton, Path(args.tests_file).read_text())
-        adapters: list[str | None] = [None] * 4
+        named = {}
         for item in args.adapter:
             agent, _, name = item.partition("=")
             if not agent.isdigit() or not 1 <= int(agent) <= 4 or not name:
                 raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
-            adapters[int(agent) - 1] = name
+            named[int(agent) - 1] = name
+        size = 1 if args.shape.startswith("single") else min(args.agents or 2, len(problem.methods))
 
         def show(event: dict) -> None:
             if event["event"] == "agent_start":
@@ -217,6 +225,8 @@ def class_episode(args: argparse.Namespace) -> int:
 
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
+            team = serving_team(args, policy, named, size)
+            adapters = [team.get(agent) for agent in range(size)]
             episode = run_class_episode(
                 problem, policy, shape=args.shape, agents=args.agents or 2, adapters=adapters,
                 temperature=0.0 if args.greedy else (args.temperature or 0.8),
@@ -224,10 +234,14 @@ def class_episode(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens or 256, seed=args.seed, turns=args.turns,
                 on_event=None if args.json or args.shape == "parallel" else show,
             )  # fmt: skip
-    except (OSError, ValueError, PolicyError) as e:
+        scored = class_reward(episode, CLASS_WEIGHTS)
+        episode_id = record_class_episode(args.db, episode, scored, adapters)
+    except (OSError, ValueError, PolicyError, RegistryError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
-    summary = episode.summary()
+    summary = episode.summary() | {
+        "episode_id": episode_id, "adapters": adapters, "reward": round(scored["reward"], 4),
+    }  # fmt: skip
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
         return 0
@@ -239,7 +253,9 @@ def class_episode(args: argparse.Namespace) -> int:
         print(f"{'ok  ' if passed == total else 'FAIL'} {name}: {passed}/{total}")
     print(
         f"{summary['test_classes_passed']} of {len(summary['test_classes'])} test classes "
-        f"passed; critical path {summary['critical_path_tokens']} tokens, {summary['wall_s']} s"
+        f"passed; critical path {summary['critical_path_tokens']} tokens, {summary['wall_s']} s; "
+        f"reward {scored['reward']:.3f} (episode {episode_id}, agents' versions: "
+        f"{', '.join(a or 'base' for a in adapters)})"
     )
     return 0
 

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+import store
 from agents.judge.harness.codec import NotPlain, decode, encode
 from agents.judge.testrun import run_tests
 from agents.kinds.class_team import ClassEpisode, MethodStep, class_reward, run_class_episode
@@ -308,8 +309,10 @@ def test_every_shape_writes_every_method_from_the_same_opening(shape):
 
 
 @pytest.mark.integration
-def test_a_class_team_on_the_real_model_from_the_cli(vllm_server, model_path, capsys):
-    """`coteam episode --task class --json`: each method begun with its head, merged, judged."""
+def test_a_class_team_on_the_real_model_from_the_cli(vllm_server, model_path, capsys, home):
+    """`coteam episode --task class --json`: each method begun with its head, merged, judged,
+    recorded with its reward; with no class versions trained, the base model (the shipped
+    coders are not a class team)."""
     from app.cli import main
 
     problem = class_problem("ClassEval_46")
@@ -325,6 +328,12 @@ def test_a_class_team_on_the_real_model_from_the_cli(vllm_server, model_path, ca
     assert set(summary["test_classes"]) == set(problem.test_classes)
     assert summary["critical_path_tokens"] == max(m["tokens"] for m in summary["methods"])
     ast.parse(summary["program"])
+    assert summary["adapters"] == [None, None]
+    with store.open_db(home / "coteam.db") as db:
+        [episode] = store.get_episodes(db, [summary["episode_id"]])
+        assert store.active_adapters(db, "coding")  # the shipped team, registered for coding
+    assert episode["shape"] == "class_parallel" and episode["final_output"] == summary["program"]
+    assert episode["reward"] == pytest.approx(summary["reward"], abs=1e-4)
 
 
 class ScriptedClasses:

@@ -404,8 +404,12 @@ def test_coteam_train_on_classes_publishes_class_versions_and_leaves_the_coders_
         episodes = store.get_episodes(db, [e["id"] for e in store.list_episodes(db, limit=100)])
         rows = {a: store.adapter_lineage(db, a) for a in (0, 1)}
         coding = store.active_adapters(db, "coding")
-    sampled = [e for e in episodes if e["group_id"] and e["shape"] == "class_parallel"]
-    assert len(sampled) == 2 and {e["adapter_versions"][0] for e in sampled} == {0}
+    first = min(episodes, key=lambda e: e["id"])  # the step's group; then the gate's episodes
+    sampled = [e for e in episodes if e["group_id"] == first["group_id"]]
+    assert len(sampled) == 2 and all(e["shape"] == "class_parallel" for e in sampled)
+    assert {tuple(e["adapter_versions"]) for e in sampled} == {(0, 0)}  # from the base model
+    gate = [e for e in episodes if e["task_id"] != first["task_id"]]
+    assert {tuple(e["adapter_versions"]) for e in gate} == {(2, 2), (0, 0)}
     assert all(set(e["rewards"]) >= {"tests", "whole_class", "speed"} for e in sampled)
     methods = sum(len(json.loads(t["observation"])) for e in sampled for t in e["turns"])
     assert step["tokens_generated"] > 0 and methods >= 2 * 2
