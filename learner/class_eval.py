@@ -104,21 +104,29 @@ def run_class_eval(
                 temperature=0.0 if greedy else 0.8, top_p=1.0 if greedy else 0.95,
                 max_tokens=max_tokens, seed=None if greedy else 1000 * sample, turns=turns,
             )  # fmt: skip
-            row = episode.summary() | {"sample": sample, "turns": turns, "variant": variant}
+            row = episode.summary() | {
+                "sample": sample, "turns": turns, "variant": variant,
+                "adapters": list(variants[variant]),
+            }  # fmt: skip
             f.write(json.dumps(row) + "\n")
             f.flush()
             if bar is not None:
                 bar.update()
     if bar is not None:
         bar.close()
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    sizes = {(p.task_id, s): team_size(p, s, agents) for p in problems for s in shapes}
-    labels = tuple(labelled(s, v) for v in variants for s in shapes)
+    # every row the folder holds for these classes and settings (a run with other --shapes or
+    # --adapters adds its rows to the same tables)
+    by_id = {p.task_id: p for p in problems}
     rows = [
-        r | {"shape": label(r)} for r in rows
-        if sizes.get((r["task_id"], r["shape"])) == len(r["dealt"]) and r["sample"] < samples
-        and r.get("turns", 1) == turns and label(r) in labels
+        r | {"shape": label(r)}
+        for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())
+        if r["task_id"] in by_id and r["sample"] < samples and r.get("turns", 1) == turns
+        and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
     ]  # fmt: skip
+    order = {s: i for i, s in enumerate(CLASS_SHAPES)}
+    labels = tuple(
+        sorted({r["shape"] for r in rows}, key=lambda x: ("@" in x, order[x.split("@")[0]], x))
+    )
     results = summarize(rows, labels, agents) | {
         "command": command,
         "split": split,
@@ -127,7 +135,7 @@ def run_class_eval(
         "samples": samples,
         "max_tokens": max_tokens,
         "turns": turns,
-        "variants": {k: list(v) for k, v in variants.items()},
+        "variants": {r["shape"].split("@")[1]: r["adapters"] for r in rows if "@" in r["shape"]},
     }
     name = f"agents{agents}-samples{samples}" + (f"-turns{turns}" if turns > 1 else "")
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")

@@ -393,6 +393,16 @@ def test_a_variant_runs_every_shape_with_its_adapters_against_the_base_single(tm
     assert {r.adapter for r in seen} == {None, "agent1-v2", "agent2-v2"}
     report = (tmp_path / "report-agents2-samples1.md").read_text()
     assert "| single@trained |" in report and "trained = agent1-v2, agent2-v2" in report
+    # another run into the folder (one shape, another variant): the tables hold every row
+    results = run_class_eval(
+        policy, tmp_path, shapes=("single",), limit=2, progress=False,
+        variants={"control": ("agent1-v3",)},
+    )  # fmt: skip
+    assert list(results["figures"]) == [
+        "single", "parallel", "single@control", "single@trained", "parallel@trained",
+    ]  # fmt: skip
+    assert results["variants"]["control"] == ["agent1-v3"]
+    assert len((tmp_path / "episodes.jsonl").read_text().splitlines()) == 2 * 5
 
 
 class WrongThenRight(Scripted):
