@@ -81,17 +81,26 @@ def serving_team(
     """Each agent's adapter: the one `--adapter` names, else (unless `--base`) the version the
     database serves for this kind of work, as the app's default choice; a new installation first
     registers the shipped team, as `coteam serve` does. Loads into the server what it lacks.
-    `size`: the team's agents (default: the shape's)."""
+    `size`: the team's agents (default: the shape's). An adapter `--adapter` names that the
+    server lacks is loaded from the registry, or refused before the episode starts."""
+    from agents.team.roles import team_size
+    from learner.evaluate import load_variant_adapters
+
+    size = size or team_size(args.shape, args.agents)
+    if outside := [agent + 1 for agent in named if agent >= size]:
+        raise ValueError(
+            f"--adapter names agent {', '.join(map(str, outside))}, but the team has {size} "
+            f"(agents 1 to {size})"
+        )
+    load_variant_adapters(client, {"--adapter": tuple(named.values())}, args.db)
     if args.base:
         return named
     from agents.serving.models import resolve_model
-    from agents.team.roles import team_size
     from app.commands_serve import start_with_shipped
     from learner.registry import ensure_loaded, work_kind
     from store import open_db
 
     start_with_shipped(args.db, resolve_model(args.model), file=sys.stderr)  # stdout: the episode
-    size = size or team_size(args.shape, args.agents)
     with open_db(args.db) as db:
         serving = ensure_loaded(db, client, size, work_kind(args.task))
     return {**{agent: name for agent, name in enumerate(serving) if name}, **named}

@@ -114,15 +114,7 @@ def run_class_eval(
                 bar.update()
     if bar is not None:
         bar.close()
-    # every row the folder holds for these classes and settings (a run with other --shapes or
-    # --adapters adds its rows to the same tables)
-    by_id = {p.task_id: p for p in problems}
-    rows = [
-        r | {"shape": label(r)}
-        for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())
-        if r["task_id"] in by_id and r["sample"] < samples and r.get("turns", 1) == turns
-        and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
-    ]  # fmt: skip
+    rows = _rows(path, problems, samples, turns, agents)
     order = {s: i for i, s in enumerate(CLASS_SHAPES)}
     labels = tuple(
         sorted({r["shape"] for r in rows}, key=lambda x: ("@" in x, order[x.split("@")[0]], x))
@@ -141,6 +133,18 @@ def run_class_eval(
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
+
+
+def _rows(path: Path, problems, samples: int, turns: int, agents: int) -> list[dict]:
+    """Every row the folder holds for these classes and settings, named `shape@variant` (a run
+    with other --shapes or --adapters adds its rows to the same tables)."""
+    by_id = {p.task_id: p for p in problems}
+    return [
+        r | {"shape": label(r)}
+        for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())
+        if r["task_id"] in by_id and r["sample"] < samples and r.get("turns", 1) == turns
+        and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
+    ]  # fmt: skip
 
 
 def _done(path: Path) -> set[tuple]:

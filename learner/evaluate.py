@@ -298,11 +298,17 @@ def load_variant_adapters(policy: Any, variants: dict, db_path: str | Path | Non
         for name in sorted(missing):
             parsed = store.parse_adapter_name(name)
             if not parsed:
-                raise EvalError(f"adapter {name!r} is not loaded and is not named agentK-vN")
+                raise EvalError(
+                    f"adapter {name!r} is not on the server and is not a version's name "
+                    "(agentK-vN, as `coteam adapters list` names them)"
+                )
             try:
                 row = store.get_adapter(db, *parsed)
             except store.NotFound as e:
-                raise EvalError(f"adapter {name!r} is neither loaded nor registered") from e
+                raise EvalError(
+                    f"adapter {name!r} is neither on the server nor a version in this database "
+                    "(`coteam adapters list` names them)"
+                ) from e
             policy.load_adapter(name, row["path"])
 
 

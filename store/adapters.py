@@ -103,7 +103,9 @@ def register_adapter(
     if isinstance(agent, bool) or not isinstance(agent, int) or agent < 0:
         raise AdapterError(f"agents are numbered from 0, got {agent!r}")
     if kind not in WORK_KINDS:
-        raise AdapterError(f"an adapter is trained on {' or '.join(WORK_KINDS)}, not {kind!r}")
+        raise AdapterError(
+            f"an adapter is trained on one kind of work ({', '.join(WORK_KINDS)}), not {kind!r}"
+        )
     with write_transaction(db):
         if version is None:
             version = (

@@ -184,7 +184,10 @@ def test_each_kind_of_work_has_its_own_active_version(db):
     assert registry.serving_adapters(db, 2, "coding") == ["agent1-v1", None]
     with pytest.raises(store.AdapterError, match="no active writing adapter"):
         store.rollback_adapter(db, 0, "writing")
-    with pytest.raises(store.AdapterError, match="trained on coding or writing, not 'essays'"):
+    with pytest.raises(
+        store.AdapterError,
+        match=r"trained on one kind of work \(coding, writing, class\), not 'essays'",
+    ):
         store.register_adapter(db, 0, "v9", kind="essays")
 
 

@@ -352,7 +352,7 @@ def test_graphs_have_the_nodes_of_their_shape():
         ({"shape": "star"}, "unknown team shape"),
         ({"turns": 0}, "at least one turn"),
         ({"agents": 2, "adapters": ["a"]}, "1 adapters for a team of 2"),
-        ({"agents": 2, "adapters": {3: "a"}}, "adapters for agents"),
+        ({"agents": 2, "adapters": {3: "a"}}, "an adapter for agent 4, but the team has 2"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_runs(settings, message, tmp_path):

@@ -125,6 +125,26 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
     )  # fmt: skip
     assert wrong_key.returncode == 1 and "Traceback" not in wrong_key.stderr
     assert "refused the API key (HTTP 401): set COTEAM_VLLM_API_KEY" in wrong_key.stderr
+    no_key = {k: v for k, v in env.items() if k != "COTEAM_VLLM_API_KEY"}
+    refused = subprocess.run(
+        [*command, "--base", "--max-tokens", "8"], capture_output=True, text=True, timeout=600,
+        env=no_key,
+    )  # fmt: skip
+    assert "asks for an API key and none was given: set COTEAM_VLLM_API_KEY" in refused.stderr
+    with store.open_db(db_path) as db:
+        before = store.count_episodes(db)
+    for flags, said in (
+        (["--adapter", "1=banana-v9"], "adapter 'banana-v9' is not on the server"),
+        (["--adapter", "1=agent1-v9"], "'agent1-v9' is neither on the server nor a version"),
+        (["--adapter", "7=agent1-v1"], "--adapter names agent 7, but the team has 1"),
+    ):  # refused before the episode starts: nothing recorded, no traceback
+        bad = subprocess.run(
+            [*command, "--base", "--max-tokens", "8", *flags], capture_output=True, text=True,
+            timeout=600, env=env,
+        )  # fmt: skip
+        assert bad.returncode == 1 and said in bad.stderr and "Traceback" not in bad.stderr
+    with store.open_db(db_path) as db:
+        assert store.count_episodes(db) == before
     doctor = subprocess.run(
         [sys.executable, "-m", "app.cli", "doctor", "--vllm-url", vllm_server.url],
         capture_output=True, text=True, timeout=600,

@@ -298,6 +298,11 @@ def check_key(client: PolicyClient) -> None:
         response = httpx.get(f"{client.base_url}/v1/models", headers=client.headers, timeout=10)
     except httpx.HTTPError as e:
         raise ServerError(f"the vLLM server at {client.base_url} did not answer: {e}") from e
+    if response.status_code in (401, 403) and not os.environ.get(API_KEY_ENV):
+        raise ServerError(
+            f"the vLLM server at {client.base_url} asks for an API key and none was given: set "
+            f"{API_KEY_ENV} to the key the server was started with (its VLLM_API_KEY)"
+        )
     if response.status_code in (401, 403):
         raise ServerError(
             f"the vLLM server at {client.base_url} refused the API key (HTTP "

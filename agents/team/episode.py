@@ -55,7 +55,10 @@ def team_adapters(
     if isinstance(adapters, Mapping):
         unknown = set(adapters) - set(range(size))
         if unknown:
-            raise ValueError(f"adapters for agents {sorted(unknown)}, but the team has {size}")
+            named = ", ".join(str(agent + 1) for agent in sorted(unknown))
+            raise ValueError(
+                f"an adapter for agent {named}, but the team has {size} (agents 1 to {size})"
+            )
         return [adapters.get(i) for i in range(size)]
     names = list(adapters) if adapters else [None] * size
     if len(names) != size:
