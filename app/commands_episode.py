@@ -117,7 +117,6 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.team.graph import GREEDY, Sampling
     from agents.team.roles import default_max_tokens, load_prompts
     from learner.episode import EpisodeSetup, ScoringError, play
-    from learner.registry import RegistryError
 
     prepare_episode(args)
     if args.task == "class":
@@ -160,7 +159,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
             result, reward, note = played.result, played.scored.reward, None
     except ScoringError as e:  # the episode itself ran and is saved
         [result], reward, note = e.results, None, f"reward not computed ({e})"
-    except (OSError, ValueError, PolicyError, ModelError, RegistryError, ServerError) as e:
+    except (OSError, ValueError, PolicyError, ModelError, ServerError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
     if args.json:
@@ -208,7 +207,6 @@ def class_episode(args: argparse.Namespace) -> int:
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
     from learner.class_train import CLASS_WEIGHTS, record_class_episode
-    from learner.registry import RegistryError
 
     try:
         if args.problem:
@@ -245,7 +243,7 @@ def class_episode(args: argparse.Namespace) -> int:
             )  # fmt: skip
         scored = class_reward(episode, CLASS_WEIGHTS)
         episode_id = record_class_episode(args.db, episode, scored, adapters)
-    except (OSError, ValueError, PolicyError, RegistryError) as e:
+    except (OSError, ValueError, PolicyError) as e:
         print(f"coteam episode: error: {e}", file=sys.stderr)
         return 1
     summary = episode.summary() | {

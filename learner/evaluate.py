@@ -59,7 +59,7 @@ from learner.coding_reward import defines_with_return, helper_alone_passes, pars
 from learner.config import BASE_VARIANT, SPLITS, WRITING_SETS, EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
-from learner.registry import other_splits, split_label
+from learner.registry import load_version, other_splits, split_label
 from learner.report import write_report
 from learner.rewards import Scored
 from store.paths import default_db_path
@@ -288,16 +288,18 @@ def check_held_out(
 
 
 def load_variant_adapters(policy: Any, variants: dict, db_path: str | Path | None) -> None:
-    """Load every variant's adapters the server lacks, from the adapter registry (`agentK-vN`
-    is agent K's version N)."""
+    """Load every variant's adapters from the adapter registry (`agentK-vN` is agent K's version
+    N), each unless the server has it from the version's folder; a name that is no version must
+    be on the server already."""
     wanted = variant_adapters(variants)
     if not wanted or not hasattr(policy, "list_adapters"):
         return
-    missing = wanted - set(policy.list_adapters())
     with store.open_db(db_path) as db:
-        for name in sorted(missing):
+        for name in sorted(wanted):
             parsed = store.parse_adapter_name(name)
             if not parsed:
+                if name in policy.list_adapters():
+                    continue
                 raise EvalError(
                     f"adapter {name!r} is not on the server and is not a version's name "
                     "(agentK-vN, as `coteam adapters list` names them)"
@@ -306,10 +308,10 @@ def load_variant_adapters(policy: Any, variants: dict, db_path: str | Path | Non
                 row = store.get_adapter(db, *parsed)
             except store.NotFound as e:
                 raise EvalError(
-                    f"adapter {name!r} is neither on the server nor a version in this database "
+                    f"adapter {name!r} is not a version in this database "
                     "(`coteam adapters list` names them)"
                 ) from e
-            policy.load_adapter(name, row["path"])
+            load_version(policy, name, row["path"])
 
 
 @dataclass

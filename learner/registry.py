@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 import store
-from agents.serving.policy import PolicyClient
+from agents.serving.policy import PolicyClient, served_as
 from store.adapters import adapter_name, agent_label
 from store.paths import adapters_dir
 
@@ -230,23 +230,25 @@ def remove_unfinished_copies(db_path: str | Path | None = None) -> list[Path]:
     return removed
 
 
-class RegistryError(RuntimeError):
-    """The server's adapters disagree with the registry; the message says how."""
-
-
 def load_version(client: PolicyClient, name: str, path: str) -> None:
-    """Load a version under its name unless the server has it; a different folder already
-    loaded under that name (another database sharing the server) is an error, not a reload."""
-    served = {m["id"]: m.get("root") for m in client.models()}
-    if name not in served:
-        client.load_adapter(name, path)
-    elif served[name] and Path(served[name]).resolve() == Path(path).resolve():
+    """Load a version under its name unless the server has it from that folder (loaded by
+    another process of this database); another database's version of the same name is served
+    under a name of its own (`served_as`), so the two never meet."""
+    if client.serves(name, path):
         client.remember(name, path)  # loaded by another process: remember it here too
     else:
-        raise RegistryError(
-            f"the server already serves {name} from {served[name]}, not {path}: is another "
-            "CoTeam database using this server? Give each database its own server."
-        )
+        client.load_adapter(name, path)
+
+
+def served_versions(db: Database, client: PolicyClient, agent: int) -> dict[int, str]:
+    """{version: folder} of this database's versions of `agent` that the server has loaded, by
+    whichever process loaded them."""
+    served = {m["id"] for m in client.models()}
+    return {
+        r["version"]: r["path"]
+        for r in store.adapter_lineage(db, agent)
+        if served_as(adapter_name(agent, r["version"]), r["path"]) in served
+    }
 
 
 def work_kind(task_set: str) -> str:
@@ -304,10 +306,10 @@ def load_start(
     serving = ensure_loaded(db, client, agents, kind)
     names = version_names(start, agents)
     named = {a: n for a, n in enumerate(names) if n and n != serving[a]}  # `--from`'s
-    served = {m["id"] for m in client.models()} if named else set()
+    borrowed = [n for a, n in sorted(named.items()) if not client.serves(n, start[a]["path"])]
     for agent, name in sorted(named.items()):
         load_version(client, name, start[agent]["path"])
-    return names, [n for n in named.values() if n not in served]
+    return names, borrowed
 
 
 def promote(db: Database, client: PolicyClient | None, agent: int, version: int) -> dict:
@@ -338,7 +340,8 @@ def _unload_old(db: Database, client: PolicyClient, agent: int) -> None:
     for r in active:
         if r.get("previous_active_version"):
             keep.add(adapter_name(agent, r["previous_active_version"]))
-    for name in client.list_adapters():
-        parsed = store.parse_adapter_name(name)
-        if parsed and parsed[0] == agent and name not in keep:
+    for version, path in served_versions(db, client, agent).items():
+        name = adapter_name(agent, version)
+        if name not in keep:
+            client.remember(name, path)  # perhaps loaded by another process: named by its folder
             client.unload_adapter(name)

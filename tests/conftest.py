@@ -90,9 +90,9 @@ def two_versions(model_path, tmp_path_factory):
 
 @contextmanager
 def adapters_as_found(server: VLLMServer, policy: PolicyClient):
-    """Leaves the shared server's adapters as it found them: what the block loaded is unloaded.
-    The tests' databases each have their own version 1 of an agent, and a server that serves one
-    database's `agent1-v1` rightly refuses another's under that name (`learner.registry`)."""
+    """Leaves the shared server's adapters as it found them: what the block loaded is unloaded
+    (the tests' databases each have their own version 1 of an agent, served each under a name of
+    its own, `served_as`: this keeps the server's adapter slots free)."""
     before = set(policy.list_adapters())
     try:
         yield

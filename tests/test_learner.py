@@ -14,7 +14,7 @@ import pytest
 
 import store
 from agents.serving.models import model_provenance
-from agents.serving.policy import PolicyError, Request
+from agents.serving.policy import PolicyClient, PolicyError, Request
 from agents.tasks import split_tasks
 from agents.team.crossing import recombine
 from agents.team.episode import run_episode
@@ -22,7 +22,13 @@ from agents.team.feedback import checker_for
 from agents.team.graph import Sampling
 from app.commands_train import adapter_record
 from learner.config import MAGRPOConfig, TrainArgs
-from learner.registry import adapter_name, ensure_loaded, promote, publish_candidate, rollback
+from learner.registry import (
+    ensure_loaded,
+    promote,
+    publish_candidate,
+    rollback,
+    served_versions,
+)
 from learner.rewards import score_group
 from learner.train import rollout_group, train, training_tasks
 from tests.conftest import COLOUR, adapters_as_found
@@ -102,6 +108,46 @@ def run_train(server_url, model_path, db_path, home, *extra, task_limit=2):
     )  # fmt: skip
 
 
+def test_two_databases_share_one_server_and_each_serves_its_own_versions(
+    vllm_server, policy, two_versions, tmp_path
+):
+    """The app's database and a terminal's, each with its own `agent1-v1` (different adapters),
+    on one server through two clients (two processes): each is served its own version, through
+    a promotion, an unloading of old versions and a rollback on one of them."""
+    purple, orange = two_versions
+    app_db, cli_db = tmp_path / "app" / "coteam.db", tmp_path / "cli" / "coteam.db"
+    cli = PolicyClient(vllm_server.url, api_key=vllm_server.api_key)
+
+    def answer(client, db_path):
+        with store.open_db(db_path) as db:
+            [name] = ensure_loaded(db, client, 1, "coding")
+        [c] = client.generate([Request(PROMPT, adapter=name, max_tokens=12)])
+        return name, c.text
+
+    for db_path, folders, client in (
+        (app_db, (purple, orange, purple), policy),
+        (cli_db, (orange,), cli),
+    ):
+        with store.open_db(db_path) as db:
+            for folder in folders:
+                publish_candidate(db, 0, folder, kind="coding")
+            promote(db, client, 0, 1)
+    (name, app_text), (cli_name, cli_text) = answer(policy, app_db), answer(cli, cli_db)
+    assert name == cli_name == "agent1-v1" and app_text != cli_text
+    with store.open_db(app_db) as db:
+        promote(db, policy, 0, 2)
+        promote(db, policy, 0, 3)  # the app's v1 is unloaded: neither active nor the one before
+        assert set(served_versions(db, policy, 0)) == {2, 3}
+    assert answer(cli, cli_db) == ("agent1-v1", cli_text)  # the terminal's v1 still serves
+    assert answer(policy, app_db) == ("agent1-v3", app_text)
+    with store.open_db(app_db) as db:
+        rollback(db, policy, 0, "coding")
+    assert answer(policy, app_db) == ("agent1-v2", cli_text)  # the same folder as the terminal's
+    assert answer(PolicyClient(vllm_server.url, api_key=vllm_server.api_key), cli_db)[1] == cli_text
+    with store.open_db(cli_db) as db:
+        assert set(served_versions(db, cli, 0)) == {1}
+
+
 def test_killing_the_learner_mid_step_leaves_the_active_version_serving(
     vllm_server, policy, model_path, two_versions, home
 ):
@@ -165,7 +211,8 @@ def test_a_run_trains_on_from_a_rejected_version_named_by_from(
     assert len(episodes) == 2 and all(e["adapter_versions"] == [1, 0] for e in episodes), [
         e["adapter_versions"] for e in episodes
     ]
-    assert "agent1-v1" not in policy.list_adapters() and "agent1-v2" in policy.list_adapters()
+    with store.open_db(db_path) as db:  # v1 was loaded for the run alone
+        assert set(served_versions(db, policy, 0)) == {2}
 
 
 def test_the_active_team_ships_and_a_new_installation_serves_it(
@@ -302,7 +349,8 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
         assert row["metrics"]["ratings_learnt"] == 2
         assert (home / "adapters" / f"agent{agent + 1}" / "v2" / "adapter_config.json").is_file()
         if row["state"] == "active":
-            assert adapter_name(agent, 2) in policy.list_adapters()
+            with store.open_db(home / "coteam.db") as db:
+                assert 2 in served_versions(db, policy, agent)
     assert run["metrics"]["promoted"] == (rows[0][1]["state"] == "active")
 
 

@@ -13,7 +13,14 @@ from dataclasses import replace
 import pytest
 
 import store
-from agents.serving.policy import API_KEY_ENV, Completion, PolicyClient, PolicyError, Request
+from agents.serving.policy import (
+    API_KEY_ENV,
+    Completion,
+    PolicyClient,
+    PolicyError,
+    Request,
+    served_as,
+)
 from agents.serving.pool import RESENT, ServerPool
 from agents.serving.server import ServerConfig, ServerError, VLLMServer, connect
 from agents.tasks import humaneval_task
@@ -51,7 +58,9 @@ class Server(PolicyClient):
         return self.up
 
     def models(self):
-        return [{"id": "base"}] + [{"id": n, "root": p} for n, p in self.served.items()]
+        return [{"id": "base"}] + [
+            {"id": served_as(n, p), "root": p} for n, p in self.served.items()
+        ]
 
     def load_adapter(self, name, path):
         if self.cannot_load:

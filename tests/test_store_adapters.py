@@ -147,8 +147,8 @@ class RefusingServer:
 
     loaded: dict = {}
 
-    def models(self):
-        return []
+    def serves(self, name, path):
+        return False
 
     def load_adapter(self, name, path):
         raise PolicyError(f"cannot load {name}")
@@ -232,8 +232,8 @@ class RecordingServer:
     def __init__(self):
         self.loaded: dict[str, str] = {}
 
-    def models(self):
-        return [{"id": name, "root": path} for name, path in self.loaded.items()]
+    def serves(self, name, path):
+        return self.loaded.get(name) == path
 
     def load_adapter(self, name, path):
         self.loaded[name] = path

@@ -135,7 +135,7 @@ def test_cli_episode_json_serves_the_active_team_unless_told_base(
         before = store.count_episodes(db)
     for flags, said in (
         (["--adapter", "1=banana-v9"], "adapter 'banana-v9' is not on the server"),
-        (["--adapter", "1=agent1-v9"], "'agent1-v9' is neither on the server nor a version"),
+        (["--adapter", "1=agent1-v9"], "'agent1-v9' is not a version in this database"),
         (["--adapter", "7=agent1-v1"], "--adapter names agent 7, but the team has 1"),
     ):  # refused before the episode starts: nothing recorded, no traceback
         bad = subprocess.run(

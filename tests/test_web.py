@@ -77,6 +77,9 @@ class FakeClient(ScriptedPolicy):
     def load_adapter(self, name, path):
         self.loaded[name] = path
 
+    def serves(self, name, path):
+        return self.loaded.get(name) == path
+
 
 @pytest.fixture
 def ctx(tmp_path):

@@ -3,12 +3,16 @@
 `PolicyClient.generate` runs a list of requests concurrently so the server batches them, streams
 tokens to a callback as they arrive, and returns each completion's text, token counts and latency.
 Adapters are loaded at run time under a new name per version (`agent1-v3`): reloading under an old
-name can serve stale prefix-cache blocks.
+name can serve stale prefix-cache blocks. On the server that name carries its folder's digest
+(`served_as`: `agent1-v3-1f0c9a2b`), so two databases, each with its own `agent1-v3`, share one
+server and each is served its own; callers name adapters as the registry does, and the client
+translates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import threading
 import time
@@ -21,6 +25,14 @@ from openai import AsyncOpenAI
 # the key of a server this process did not start (`--vllm-url`); `coteam serve` sets it for the
 # server it starts, so that its subprocesses and tests reach that server too
 API_KEY_ENV = "COTEAM_VLLM_API_KEY"
+
+
+def served_as(name: str, path: str | os.PathLike) -> str:
+    """The server's name for adapter `name` loaded from folder `path`: the name and the first 8 hex
+    digits of the sha256 of the folder's absolute path (a database's versions live in its own
+    folder, so the same version name from another database is another server name)."""
+    digest = hashlib.sha256(str(os.path.realpath(path)).encode()).hexdigest()[:8]
+    return f"{name}-{digest}"
 
 
 class PolicyError(RuntimeError):
@@ -138,6 +150,7 @@ class PolicyClient:
         self, client: AsyncOpenAI, index: int, request: Request, on_token
     ) -> Completion:
         model = request.adapter or self.base_model
+        sent = self.server_name(request.adapter) if request.adapter else model
         if self.cancelled.is_set():
             raise PolicyError(f"request {index} to {model!r} not sent: the client stops")
         start = time.perf_counter()
@@ -145,7 +158,7 @@ class PolicyClient:
         prompt_ids, token_ids, logprobs = None, [], []
         marks, kept = [], None  # after each piece: how many token ids and log-probs had come
         try:
-            stream = await client.chat.completions.create(model=model, **_options(request))
+            stream = await client.chat.completions.create(model=sent, **_options(request))
             async for chunk in stream:
                 if self.cancelled.is_set():
                     await stream.close()  # the server stops generating for it
@@ -206,9 +219,19 @@ class PolicyClient:
                 f"{path} {payload}: HTTP {response.status_code}: {response.text[:500]}"
             )
 
+    def server_name(self, name: str) -> str:
+        """What the server calls adapter `name`: `served_as` its folder when this client knows
+        the folder (it loaded or remembered it), else `name` as given."""
+        return served_as(name, self.loaded[name]) if name in self.loaded else name
+
+    def serves(self, name: str, path: str) -> bool:
+        """Whether the server has adapter `name` loaded from folder `path` (by any process)."""
+        return served_as(name, path) in {m["id"] for m in self.models()}
+
     def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter folder `path` under the new name `name` (e.g. `agent1-v3`)."""
-        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        lora = {"lora_name": served_as(name, path), "lora_path": str(path)}
+        self._post("/v1/load_lora_adapter", lora)
         self.loaded[name] = str(path)
 
     def remember(self, name: str, path: str) -> None:
@@ -217,12 +240,15 @@ class PolicyClient:
         self.loaded[name] = str(path)
 
     def unload_adapter(self, name: str) -> None:
-        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        self._post("/v1/unload_lora_adapter", {"lora_name": self.server_name(name)})
         self.loaded.pop(name, None)
 
     def list_adapters(self) -> list[str]:
-        """Names of the adapters the server has loaded (the base model is not listed)."""
-        return [m["id"] for m in self.models() if m["id"] != self.base_model]
+        """The adapters the server has loaded (the base model is not listed): by the name this
+        client knows them by, the others (another process's, another database's) as the server
+        names them."""
+        known = {self.server_name(n): n for n in self.loaded}
+        return [known.get(m["id"], m["id"]) for m in self.models() if m["id"] != self.base_model]
 
     def models(self) -> list[dict]:
         response = httpx.get(f"{self.base_url}/v1/models", headers=self.headers, timeout=10)

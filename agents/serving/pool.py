@@ -135,7 +135,7 @@ class ServerPool:
         """Load the folder `path` under `name` on every live server that lacks it; a server that
         cannot is named in the PolicyError (the version is then served nowhere new)."""
         for client in self.live():
-            if name in client.list_adapters():
+            if client.serves(name, path):
                 client.remember(name, path)
                 continue
             try:
@@ -157,8 +157,15 @@ class ServerPool:
         others = [{m["id"] for m in c.models()} for c in live[1:]]
         return [m for m in live[0].models() if all(m["id"] in ids for ids in others)]
 
+    def serves(self, name: str, path: str) -> bool:
+        """Whether every live server has adapter `name` loaded from folder `path`."""
+        return all(client.serves(name, path) for client in self.live())
+
     def list_adapters(self) -> list[str]:
-        return [m["id"] for m in self.models() if m["id"] != self.base_model]
+        """The adapters every live server has loaded, named as `PolicyClient.list_adapters`."""
+        live = self.live()
+        others = [set(c.list_adapters()) for c in live[1:]]
+        return [n for n in live[0].list_adapters() if all(n in names for names in others)]
 
     def restore_adapters(self) -> None:
         for client in self.live():
