@@ -177,7 +177,7 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
         "--task",
         required=True,
         choices=["coding", "writing", "class"],
-        help="kind of task (class: a class whose methods the agents divide; not recorded yet)",
+        help="kind of task (class: a class whose methods the agents divide)",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(

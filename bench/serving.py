@@ -4,9 +4,11 @@ measured with the weights in each dtype asked (bf16, the model's own, and float3
 without native bf16 the server's default is float32, `agents.serving.server.cpu_has_bf16`); plus batch-1
 decode against the memory-bandwidth bound; and the server's tokens/s per stream when 4 greedy
 requests, each held to the full length, decode side by side (a 4-writer team) against one
-alone. With `--lora`, the 8 concurrent requests are also sent through two LoRA adapters of the
-learner's shape (rank, alpha and target modules of `MAGRPOConfig`), half each, as a trained
-2-agent team's calls are: the cost of serving adapters; and a training step's rollout is timed,
+alone. With `--lora`, the cost of serving adapters of the learner's shape (rank, alpha and target
+modules of `MAGRPOConfig`) on a server with the app's 8 adapter slots: greedy, each request held
+to the full length, the base model and the adapters taking turns, batch 1 through one adapter
+and 8 concurrent requests through one, two and four (shared out in turn); the 8 sampled requests
+through two adapters, as a trained team's calls are; and a training step's rollout is timed,
 on the base model and through the two adapters: the 16 requests of 2 coding training tasks x 2
 agents x G = 4 samples, each agent's own observation (prompts of about 450 tokens, which
 one-line tasks do not show). With `--without-plugin` every
@@ -103,7 +105,7 @@ def bench_transformers(model_path, tokens: int) -> dict[str, float]:
     return {"batch1": run(TASKS[:1]), "batch8": run(TASKS), "read_params": read_per_token}
 
 
-def lora_adapters(model_path, folder: Path, count: int = 2) -> list[Path]:
+def lora_adapters(model_path, folder: Path, count: int = 4) -> list[Path]:
     """`count` PEFT LoRA adapters of the learner's shape, saved under `folder`. Freshly made (B = 0,
     so they answer as the base model does) they cost the server what trained ones cost."""
     from peft import LoraConfig, get_peft_model
@@ -168,8 +170,21 @@ def bench_vllm(client: PolicyClient, tokens: int, adapters: list[Path] = ()) -> 
         names = [f"bench-lora{k}" for k in range(len(adapters))]
         for name, path in zip(names, adapters, strict=True):
             client.load_adapter(name, str(path))
-        run(TASKS[:2], 0.0, names)  # warm-up: the adapters' first use
-        figures["batch8_lora"] = run(TASKS, 0.8, names)
+        run(TASKS[:4], 0.0, names)  # warm-up: the adapters' first use
+        # greedy, each request held to the full length (the same work every time), the base
+        # model and the adapters taking turns, so that all see the machine in the same state:
+        # batch 1 through one adapter, and 8 concurrent requests through 1, 2 and 4 (in turn)
+        turns = {key: [] for key in ("batch1_base", "batch1_lora", "batch8_base")}
+        turns |= {f"batch8_lora{n}": [] for n in (1, 2, 4)}
+        for task in TASKS[:3] * 2:
+            turns["batch1_base"].append(run([task], 0.0, held=tokens))
+            turns["batch1_lora"].append(run([task], 0.0, names[:1], held=tokens))
+        for _ in range(2):
+            turns["batch8_base"].append(run(TASKS, 0.0, held=tokens))
+            for n in (1, 2, 4):
+                turns[f"batch8_lora{n}"].append(run(TASKS, 0.0, names[:n], held=tokens))
+        figures |= {key: sum(v) / len(v) for key, v in turns.items()}
+        figures["batch8_lora"] = run(TASKS, 0.8, names[:2])  # sampled, as a team's calls are
         for key, team in (("rollout_base_s", [None, None]), ("rollout_lora_s", names[:2])):
             start = time.perf_counter()  # each prompt new to the server's prefix cache
             client.generate(rollout_requests(tokens, team))
@@ -188,8 +203,9 @@ def main() -> None:
     parser.add_argument(
         "--lora",
         action="store_true",
-        help="also send the 8 concurrent requests through two LoRA adapters (half each), and time "
-        "a training step's rollout on the base model and through the adapters",
+        help="also measure adapters: batch 1 through one and on the base model in turn, the 8 "
+        "concurrent requests through 1, 2 and 4 adapters, and a training step's rollout on the "
+        "base model and through two",
     )
     parser.add_argument(
         "--without-plugin",
@@ -218,7 +234,7 @@ def main() -> None:
         print(f"vLLM server ({label}) ...", flush=True)
         config = ServerConfig(
             model=str(model_path),
-            agents=1,
+            agents=4,  # the app's: 8 adapter slots
             dtype=None if args.vllm_url else dtype,
             coteam_plugin=plugin,
         )
@@ -240,6 +256,16 @@ def main() -> None:
     )
     print(f"{'4 concurrent, per stream':30s}{'':>14s}{cells}  (x: of one stream alone)")
     if adapters:
+        print("held to full length, greedy, base model and adapters taking turns (tok/s):")
+        rows = [("batch1_base", "batch1_base", "batch 1, base model")]
+        rows += [("batch1_lora", "batch1_base", "batch 1, 1 LoRA")]
+        rows += [("batch8_base", "batch8_base", "8 concurrent, base model")]
+        rows += [
+            (f"batch8_lora{n}", "batch8_base", f"8 concurrent, {n} LoRA(s)") for n in (1, 2, 4)
+        ]
+        for key, base, label in rows:
+            cells = "".join(f"{vl[d][key]:16.1f} ({vl[d][key] / vl[d][base]:.2f}x)" for d in labels)
+            print(f"  {label:28s}{'':>14s}{cells}  (x: of the base model's)")
         cells = "".join(
             f"{vl[d]['batch8_lora']:16.1f} ({vl[d]['batch8_lora'] / vl[d]['batch8']:.2f}x)"
             for d in labels

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
+from agents.serving.policy import LORA_MODULES
 from agents.tasks import TaskError, TaskSet, fold_label
 from agents.team.roles import DEFAULT_MAX_TOKENS, MAX_TURNS, SHAPES, size_from_setting
 from learner.flags import flag
@@ -42,7 +43,7 @@ class MAGRPOConfig:
     lora_rank: int = 8  # must equal the server's --max-lora-rank
     lora_alpha: int = 16
     lora_dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    target_modules: tuple[str, ...] = LORA_MODULES  # the modules the server applies LoRA to
     temperature: float = 0.8
     top_p: float = 0.95
     max_new_tokens: int = field(default=192, metadata=flag("new tokens per agent", "max-tokens"))

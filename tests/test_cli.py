@@ -300,6 +300,32 @@ def test_the_server_computes_in_float32_on_a_cpu_without_native_bf16(monkeypatch
     assert dtype(ServerConfig(model="m", python=python)) is None
 
 
+def test_the_server_applies_lora_to_the_learners_modules_and_refuses_an_adapter_of_others(
+    tmp_path,
+):
+    """Every module the server applies LoRA to costs every adapter request time, so it applies
+    it to the modules the learner trains; a PEFT folder trained on another is refused before
+    the server is asked (which would serve it without those weights)."""
+    from agents.serving.policy import PolicyClient, PolicyError
+    from agents.serving.server import ServerConfig, VLLMServer
+    from learner.config import MAGRPOConfig
+
+    python = tmp_path / "python"
+    python.write_text("")
+    cmd = VLLMServer(ServerConfig(model="m", python=python)).command()
+    at = cmd.index("--lora-target-modules") + 1
+    assert tuple(cmd[at : at + 4]) == MAGRPOConfig().target_modules
+    folder = tmp_path / "mlp-lora"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(
+        json.dumps({"target_modules": ["q_proj", "up_proj"]})
+    )
+    client = PolicyClient("http://127.0.0.1:9", api_key="k")  # nothing listens: never asked
+    with pytest.raises(PolicyError, match="trains up_proj: the server applies LoRA to q_proj"):
+        client.load_adapter("agent1-v9", str(folder))
+    assert client.loaded == {}
+
+
 def test_adapters_list_json_gives_each_version_its_server_name_and_source(tmp_path):
     import store
     from store import register_adapter

@@ -73,3 +73,106 @@ def test_the_replaced_ops_keep_vllms_signatures():
 
     for name, params in plugin.SIGNATURES.items():
         assert list(inspect.signature(plugin.OURS[name]).parameters) == params
+
+
+QKV = (HIDDEN, KV, KV)  # the fused q, k and v projection's slices
+
+
+def slice_by_slice(x, a, b, indices, scale):
+    """What vLLM's wrapper does with the ops above: a float32 shrink and an expand per slice."""
+    y = torch.zeros(x.shape[0], sum(QKV), dtype=torch.bfloat16)
+    start = 0
+    for a_i, b_i, size in zip(a, b, QKV, strict=True):
+        h = torch.zeros(x.shape[0], RANK)
+        plugin.bgmv_shrink(x, a_i, h, indices, scale)
+        plugin.bgmv_expand_slice(h, b_i, y, indices, start, size, True)
+        start += size
+    return y
+
+
+@pytest.mark.parametrize(
+    "indices",
+    [[2], [1, 1, 1], [0, 1, -1, 3, 2, -1], [-1, -1]],
+    ids=["one", "same", "mixed", "none"],
+)
+def test_a_whole_layer_in_one_matmul_gives_what_the_ops_give_slice_by_slice(indices):
+    g = torch.Generator().manual_seed(len(indices))
+    indices = torch.tensor(indices)
+    a = tuple(torch.randn(SLOTS, 1, RANK, HIDDEN, generator=g).bfloat16() for _ in QKV)
+    b = tuple(torch.randn(SLOTS, 1, size, RANK, generator=g).bfloat16() for size in QKV)
+    x = torch.randn(indices.shape[0], HIDDEN, generator=g).bfloat16()
+    slot = plugin.step_slot(indices)
+    h = plugin.fused_shrink(x, a, 0.5, indices, slot, torch.float32)
+    fused = plugin.fused_expand(h, b, QKV, indices, slot, torch.bfloat16)
+    torch.testing.assert_close(fused, slice_by_slice(x, a, b, indices, 0.5), rtol=0, atol=0)
+    assert (fused[indices < 0] == 0).all()
+
+
+def test_step_slot_names_the_one_slot_a_step_uses():
+    assert plugin.step_slot(torch.tensor([3, 3])) == 3
+    assert plugin.step_slot(torch.tensor([-1, -1])) == -1
+    assert plugin.step_slot(torch.tensor([0, 1])) == -2
+    assert plugin.step_slot(torch.tensor([-1, 2])) == -2
+
+
+def test_weights_are_laid_out_again_only_after_an_adapter_is_written_into_a_slot():
+    """The layout is cached; vLLM writes slots only in activate_adapter, which returns False
+    (and writes nothing) when the adapter is already in one, as it does every step."""
+
+    class Manager:
+        def activate_adapter(self, lora_id):
+            return lora_id != "already in a slot"
+
+    plugin.count_slot_writes(Manager)
+    a = (torch.randn(SLOTS, 1, RANK, HIDDEN),)
+    x, one = torch.randn(1, HIDDEN), torch.tensor([1])
+    before = plugin.fused_shrink(x, a, 1.0, one, 1, torch.float32).clone()
+    a[0][1] = 0  # vLLM's set_lora, in place
+    Manager().activate_adapter("already in a slot")
+    assert torch.equal(plugin.fused_shrink(x, a, 1.0, one, 1, torch.float32), before)
+    Manager().activate_adapter("new")
+    assert (plugin.fused_shrink(x, a, 1.0, one, 1, torch.float32) == 0).all()
+
+
+def test_the_fused_wrapper_hands_vllm_a_call_whose_rows_it_cannot_place():
+    """Before a step's indices are known, or when they do not match the rows, vLLM's own
+    methods run; after, the fused ones write the same as the ops slice by slice."""
+    calls = []
+
+    class Wrapper:
+        no_lora = False
+        token_lora_indices = torch.tensor([0, -1, 2])
+
+        def update_metadata(self, mapping, lora_index_to_id, max_loras, vocab_size, **kwargs):
+            calls.append("update")
+
+        def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
+            calls.append("vllm shrink")
+
+        def add_expand(self, y, x, lora_b_stacked, output_slices, offset_start=0,
+                       add_inputs=True, **kwargs):  # fmt: skip
+            calls.append("vllm expand")
+
+        def add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices,
+                            *, buffer=None, **kwargs):  # fmt: skip
+            calls.append("vllm linear")
+
+    plugin.patch_wrapper(Wrapper)
+    wrapper, g = Wrapper(), torch.Generator().manual_seed(7)
+    a = tuple(torch.randn(SLOTS, 1, RANK, HIDDEN, generator=g).bfloat16() for _ in QKV)
+    b = tuple(torch.randn(SLOTS, 1, size, RANK, generator=g).bfloat16() for size in QKV)
+    x = torch.randn(3, HIDDEN, generator=g).bfloat16()
+    y = torch.zeros(3, sum(QKV), dtype=torch.bfloat16)
+    wrapper.add_lora_linear(y, x, a, b, 1.0, QKV)  # no step's indices yet
+    wrapper.update_metadata(None, [], SLOTS, 0)
+    wrapper.add_lora_linear(y[:2], x[:2], a, b, 1.0, QKV)  # 2 rows, 3 indices
+    assert calls == ["vllm linear", "update", "vllm linear"]
+    wrapper.add_lora_linear(y, x, a, b, 1.0, QKV)
+    buffer = torch.full((len(QKV), 3, RANK), 9.0)  # a row-parallel layer's two halves
+    wrapper.add_shrink(buffer, x, a, 1.0)
+    twice = y.clone()
+    wrapper.add_expand(twice, buffer, b, QKV)
+    assert len(calls) == 3
+    expected = slice_by_slice(x, a, b, wrapper.token_lora_indices, 1.0)
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    torch.testing.assert_close(twice, 2 * expected, rtol=0.01, atol=0.05)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from openai import AsyncOpenAI
@@ -25,6 +27,10 @@ from openai import AsyncOpenAI
 # the key of a server this process did not start (`--vllm-url`); `coteam serve` sets it for the
 # server it starts, so that its subprocesses and tests reach that server too
 API_KEY_ENV = "COTEAM_VLLM_API_KEY"
+# The modules a CoTeam adapter trains (the learner's LoRA) and the only ones the server applies
+# LoRA to (`--lora-target-modules`): each module more costs every adapter request time, even
+# with zero weights; an adapter trained on another module is refused (`load_adapter`)
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def served_as(name: str, path: str | os.PathLike) -> str:
@@ -33,6 +39,16 @@ def served_as(name: str, path: str | os.PathLike) -> str:
     folder, so the same version name from another database is another server name)."""
     digest = hashlib.sha256(str(os.path.realpath(path)).encode()).hexdigest()[:8]
     return f"{name}-{digest}"
+
+
+def adapter_modules(path: str | os.PathLike) -> set[str]:
+    """The modules a PEFT adapter folder trains (its adapter_config.json's `target_modules`);
+    empty where the file cannot be read (vLLM then says what is wrong)."""
+    try:
+        modules = json.loads((Path(path) / "adapter_config.json").read_text())["target_modules"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {modules} if isinstance(modules, str) else set(modules or ())
 
 
 class PolicyError(RuntimeError):
@@ -230,6 +246,12 @@ class PolicyClient:
 
     def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter folder `path` under the new name `name` (e.g. `agent1-v3`)."""
+        others = adapter_modules(path) - set(LORA_MODULES)
+        if others:
+            raise PolicyError(
+                f"adapter {name!r} ({path}) trains {', '.join(sorted(others))}: the server "
+                f"applies LoRA to {', '.join(LORA_MODULES)} only"
+            )
         lora = {"lora_name": served_as(name, path), "lora_path": str(path)}
         self._post("/v1/load_lora_adapter", lora)
         self.loaded[name] = str(path)

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from agents.serving.models import provision_model
-from agents.serving.policy import API_KEY_ENV, PolicyClient
+from agents.serving.policy import API_KEY_ENV, LORA_MODULES, PolicyClient
 from agents.serving.pool import ServerPool
 from store.paths import logs_dir, venv_python
 
@@ -153,6 +153,7 @@ class VLLMServer:
             "--host", c.host, "--port", str(self.port),
             "--max-model-len", str(c.max_model_len),
             "--enable-lora", "--max-lora-rank", str(c.max_lora_rank), "--max-loras", str(c.max_loras),
+            "--lora-target-modules", *LORA_MODULES,
             # the sampling log-probabilities the learner gets back (PPO clipping's old policy) are
             # those of the distribution sampled: after temperature and top-p, as the update's
             "--logprobs-mode", "processed_logprobs",

@@ -14,11 +14,17 @@ Two consequences, both measured here (docs/runs/training-log.md, "LoRA on vLLM's
   a training step's 16 rollout requests took 1.87x the base model's time under adapters
   (`bench/serving.py --lora --without-plugin`), 1.00x with these ops.
 
+- **Slow decoding**: at batch 1 a trained agent decoded at about half the base model's speed,
+  each layer's slices and their ops called one by one, each converting or transposing every
+  slot's weights (bench/serving.py --lora; docs/runs/training-log.md, "LoRA decoding").
+
 The ops below compute the same products with one matmul against every adapter slot at once and
 a zero delta for index -1, and `register` (a `vllm.general_plugins` entry point, which vLLM calls
-in every one of its processes) puts them in place of vLLM's, on the CPU platform only. They keep
-the signatures and output conventions of vLLM 0.32's torch ops; `register` patches nothing (and
-says so in the server's log) when those signatures have changed.
+in every one of its processes) puts them in place of vLLM's, on the CPU platform only; it also
+replaces the CPU punica wrapper's layer-level methods by ones that do a whole layer (every slice
+and slot) in one matmul against weights laid out once (`patch_wrapper`). They keep the
+signatures and output conventions of vLLM 0.32's; `register` patches nothing (and says so in the
+server's log) when those signatures have changed.
 
 It also keeps the CPU engine alive under seeded requests. When a prompt's prefill is split over
 several steps, vLLM samples a token after each chunk, throws it away and rewinds the request's
@@ -49,6 +55,19 @@ SIGNATURES = {
     "bgmv_expand_slice": [
         "inputs", "lora_b_weights", "output_tensor", "lora_indices_tensor", "slice_offset",
         "slice_size", "add_inputs",
+    ],
+}  # fmt: skip
+# vLLM 0.32's PunicaWrapperCPU methods that `patch_wrapper` replaces, and their parameters
+WRAPPER_SIGNATURES = {
+    "update_metadata": ["self", "mapping", "lora_index_to_id", "max_loras", "vocab_size", "kwargs"],
+    "add_shrink": ["self", "y", "x", "lora_a_stacked", "scale", "kwargs"],
+    "add_expand": [
+        "self", "y", "x", "lora_b_stacked", "output_slices", "offset_start", "add_inputs",
+        "kwargs",
+    ],
+    "add_lora_linear": [
+        "self", "y", "x", "lora_a_stacked", "lora_b_stacked", "scale", "output_slices", "buffer",
+        "kwargs",
     ],
 }  # fmt: skip
 
@@ -120,6 +139,188 @@ OURS = {
     "bgmv_expand": bgmv_expand,
     "bgmv_expand_slice": bgmv_expand_slice,
 }
+
+
+# The whole layer at once. vLLM's CPU punica wrapper calls the ops above once per slice (q, k and
+# v of the fused projection are three) through its prefill path (V1 always takes it), which
+# builds each token's index again for every call; and each call converts or transposes every
+# slot's weights before it multiplies. At batch 1 that made a trained agent decode at about half
+# the base model's speed (bench/serving.py --lora, "batch 1"). The wrapper's add_shrink,
+# add_expand and add_lora_linear are replaced by the functions below: every slice and slot in
+# one matmul, against weights laid out once (`prepared`) and laid out again only after vLLM has
+# written an adapter into a slot (LoRAModelManager.activate_adapter, the one writer); and where
+# every token of a step uses the same adapter (`step_slot`, worked out once a step), against
+# that slot's columns alone.
+
+GENERATION = [0]  # bumped each time vLLM writes adapter weights into a slot
+_PREPARED: dict = {}
+
+
+def prepared(stacked: tuple, dtype: torch.dtype, slices: tuple | None = None) -> torch.Tensor:
+    """The weights of every slice and slot, laid out for one matmul. LoRA A (`slices` None;
+    each slice [slots, 1, rank, in]): [slots, in, n·rank], each slot's slices side by side.
+    LoRA B (each slice [slots, 1, out_i, rank]): [slots·n·rank, Σ out_i], rows ordered slot,
+    slice, rank, each slice's rows feeding only its own columns. Cached until an adapter is
+    written into a slot."""
+    key = (id(stacked[0]), dtype, slices is None)
+    hit = _PREPARED.get(key)
+    if hit is not None and hit[0] == GENERATION[0] and hit[1] is stacked[0]:
+        return hit[2]
+    mats = [w.squeeze(1) if w.dim() == 4 else w for w in stacked]
+    slots, n = mats[0].shape[0], len(mats)
+    if slices is None:
+        rank = mats[0].shape[1]
+        both = torch.stack(mats, dim=1).to(dtype).reshape(slots, n * rank, -1)
+        matrix = both.transpose(1, 2).contiguous()
+    else:
+        rank = mats[0].shape[2]
+        matrix = torch.zeros(slots, n, rank, sum(slices), dtype=dtype)
+        start = 0
+        for i, (w, size) in enumerate(zip(mats, slices, strict=True)):
+            matrix[:, i, :, start : start + size] = w[:, :size].transpose(1, 2).to(dtype)
+            start += size
+        matrix = matrix.reshape(slots * n * rank, -1)
+    _PREPARED[key] = (GENERATION[0], stacked[0], matrix)
+    return matrix
+
+
+def fused_shrink(x, lora_a_stacked, scale, indices, slot, dtype) -> torch.Tensor:
+    """[tokens, n, rank]: each token's x times its own slot's A of every slice, times `scale`;
+    zero for a token without an adapter. `slot` >= 0: every token uses that slot."""
+    n, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
+    matrix = prepared(lora_a_stacked, dtype)
+    x = x.to(dtype)
+    if slot >= 0:
+        return (x @ matrix[slot]).mul_(scale).view(-1, n, rank)
+    every = x @ matrix  # [slots, tokens, n·rank]
+    tokens = torch.arange(x.shape[0], device=x.device)
+    own = every[indices.clamp(min=0), tokens].mul_(scale).view(-1, n, rank)
+    return own.masked_fill_((indices < 0)[:, None, None], 0)
+
+
+def fused_expand(h, lora_b_stacked, slices, indices, slot, dtype) -> torch.Tensor:
+    """[tokens, Σ slices]: each token's h ([tokens, n, rank]) times its own slot's B of every
+    slice, side by side; zero for a token without an adapter."""
+    tokens, n, rank = h.shape
+    matrix = prepared(lora_b_stacked, dtype, tuple(slices))
+    h = h.to(dtype)
+    if slot >= 0:
+        return h.reshape(tokens, n * rank) @ matrix[slot * n * rank : (slot + 1) * n * rank]
+    rows = torch.arange(tokens, device=h.device)
+    placed = h.new_zeros(tokens, matrix.shape[0] // (n * rank), n, rank)
+    placed[rows, indices.clamp(min=0)] = h.masked_fill((indices < 0)[:, None, None], 0)
+    return placed.view(tokens, -1) @ matrix
+
+
+def step_slot(indices: torch.Tensor) -> int:
+    """The slot every token of a step uses; -1 if none uses one; -2 if they differ."""
+    if indices.numel() == 0:
+        return -1
+    low, high = int(indices.min()), int(indices.max())
+    if low == high:
+        return low if low >= 0 else -1
+    return -2
+
+
+def _fits(wrapper, x: torch.Tensor) -> bool:
+    """Whether this step's per-token indices are known and match `x`'s rows."""
+    slot = getattr(wrapper, "_coteam_slot", None)
+    return (
+        slot is not None
+        and wrapper.token_lora_indices.shape[0] == x.reshape(-1, x.shape[-1]).shape[0]
+    )
+
+
+def patch_wrapper(wrapper_class) -> None:
+    """Replace the CPU punica wrapper's add_shrink, add_expand and add_lora_linear by fused
+    ones, and note each step's slot in update_metadata. A call the fused path does not fit
+    (indices not matching the rows) goes to vLLM's own method."""
+    if getattr(wrapper_class, "_coteam_fused", False):
+        return
+    update, shrink, expand, linear = (
+        wrapper_class.update_metadata, wrapper_class.add_shrink,
+        wrapper_class.add_expand, wrapper_class.add_lora_linear,
+    )  # fmt: skip
+
+    def update_metadata(self, *args, **kwargs):
+        update(self, *args, **kwargs)
+        self._coteam_slot = step_slot(self.token_lora_indices)
+
+    def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
+        if not _fits(self, x):
+            return shrink(self, y, x, lora_a_stacked, scale, **kwargs)
+        if self.no_lora:
+            return None
+        out = fused_shrink(
+            x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, self.token_lora_indices,
+            self._coteam_slot, y[0].dtype,
+        )  # fmt: skip
+        rank = out.shape[2]
+        for i in range(out.shape[1]):
+            y[i][:, :rank].copy_(out[:, i])
+        return None
+
+    def add_expand(self, y, x, lora_b_stacked, output_slices, offset_start=0, add_inputs=True,
+                   **kwargs):  # fmt: skip
+        rows = y.reshape(-1, y.shape[-1])
+        if not _fits(self, rows):
+            return expand(
+                self, y, x, lora_b_stacked, output_slices, offset_start, add_inputs, **kwargs
+            )
+        if self.no_lora:
+            return None
+        h = x.transpose(0, 1) if isinstance(x, torch.Tensor) else torch.stack(tuple(x), dim=1)
+        delta = fused_expand(
+            h, lora_b_stacked, output_slices, self.token_lora_indices, self._coteam_slot,
+            rows.dtype,
+        )  # fmt: skip
+        cols = rows[:, offset_start : offset_start + delta.shape[1]]
+        cols.add_(delta) if add_inputs else cols.copy_(delta)
+        return None
+
+    def add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices,
+                        *, buffer=None, **kwargs):  # fmt: skip
+        if buffer is not None or not _fits(self, x):
+            return linear(
+                self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices,
+                buffer=buffer, **kwargs,
+            )  # fmt: skip
+        if self.no_lora:
+            return None
+        indices, slot = self.token_lora_indices, self._coteam_slot
+        h = fused_shrink(x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, indices, slot,
+                         torch.float32)  # vLLM's buffer between the two is float32  # fmt: skip
+        rows = y.reshape(-1, y.shape[-1])
+        delta = fused_expand(h, lora_b_stacked, output_slices, indices, slot, rows.dtype)
+        cols = rows[:, : delta.shape[1]]
+        cols.add_(delta) if kwargs.get("add_inputs", True) else cols.copy_(delta)
+        return None
+
+    wrapper_class.update_metadata = update_metadata
+    wrapper_class.add_shrink = add_shrink
+    wrapper_class.add_expand = add_expand
+    wrapper_class.add_lora_linear = add_lora_linear
+    wrapper_class._coteam_fused = True
+
+
+def count_slot_writes(manager_class) -> None:
+    """Bump GENERATION after vLLM writes an adapter's weights into a slot, so `prepared` lays
+    the weights out again."""
+    if getattr(manager_class, "_coteam_counts", False):
+        return
+    activate = manager_class.activate_adapter
+
+    def activate_adapter(self, *args, **kwargs):
+        written = True  # vLLM returns False when the adapter is already in a slot (every step)
+        try:
+            written = activate(self, *args, **kwargs)
+            return written
+        finally:
+            if written is not False:
+                GENERATION[0] += 1
+
+    manager_class.activate_adapter = activate_adapter
+    manager_class._coteam_counts = True
 
 
 # the line of vLLM 0.32's GPUModelRunner._bookkeeping_sync that fails on a CPU generator
@@ -203,3 +404,13 @@ def register() -> None:
         setattr(lora_ops, name, op)
         setattr(punica_cpu, name, op)
     log.info("coteam plugin: CPU LoRA ops replaced (index -1 skipped, one matmul for all slots)")
+    from vllm.lora.model_manager import LoRAModelManager
+
+    wrapper = punica_cpu.PunicaWrapperCPU
+    for name, expected in WRAPPER_SIGNATURES.items():
+        if list(inspect.signature(getattr(wrapper, name)).parameters) != expected:
+            log.warning("coteam plugin: vLLM's PunicaWrapperCPU.%s has changed; not fused", name)
+            return
+    count_slot_writes(LoRAModelManager)
+    patch_wrapper(wrapper)
+    log.info("coteam plugin: CPU LoRA fused (every slice and slot of a layer in one matmul)")
