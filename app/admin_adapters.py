@@ -97,6 +97,7 @@ def version_curve(ctx: AppContext):
     the end of training (a matplotlib figure)."""
     registered = ctx.registered_adapters()
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    plotted = False
     for agent in sorted({r["agent"] for r in registered}):
         mine = [r for r in registered if r["agent"] == agent]
         versions = [r["version"] for r in mine]
@@ -106,8 +107,10 @@ def version_curve(ctx: AppContext):
         if points:
             label = f"agent {agent + 1}: held-out (gate)"
             ax.plot(*zip(*points, strict=True), marker="o", label=label)
+            plotted = True
         points = [(v, s) for v, s in zip(versions, train, strict=True) if s is not None]
         if points:
+            plotted = True
             ax.plot(
                 *zip(*points, strict=True),
                 ls="--",
@@ -115,9 +118,11 @@ def version_curve(ctx: AppContext):
                 alpha=0.6,
                 label=f"agent {agent + 1}: training reward",
             )
-    if registered:
+    if plotted:
         ax.legend(loc="best", fontsize=8)
         ax.set_title("Score by adapter version")
+    elif registered:  # e.g. the shipped versions alone: their figures are on their card
+        ax.set_title("No scores yet: no version here was trained or gated in this database")
     else:
         ax.set_title("No adapter versions yet")
     ax.set_xlabel("adapter version")

@@ -90,6 +90,14 @@ def slice_by_slice(x, a, b, indices, scale):
     return y
 
 
+def close_to_vllms(ours, theirs):
+    """The fused expand multiplies in float32 where vLLM's ops round the shrunk values to bf16
+    first: the same within bf16's rounding of the output's scale."""
+    torch.testing.assert_close(
+        ours.float(), theirs.float(), rtol=0.02, atol=0.01 * float(theirs.abs().max()) + 1e-6
+    )
+
+
 @pytest.mark.parametrize(
     "indices",
     [[2], [1, 1, 1], [0, 1, -1, 3, 2, -1], [-1, -1]],
@@ -101,18 +109,19 @@ def test_a_whole_layer_in_one_matmul_gives_what_the_ops_give_slice_by_slice(indi
     a = tuple(torch.randn(SLOTS, 1, RANK, HIDDEN, generator=g).bfloat16() for _ in QKV)
     b = tuple(torch.randn(SLOTS, 1, size, RANK, generator=g).bfloat16() for size in QKV)
     x = torch.randn(indices.shape[0], HIDDEN, generator=g).bfloat16()
-    slot = plugin.step_slot(indices)
-    h = plugin.fused_shrink(x, a, 0.5, indices, slot, torch.float32)
-    fused = plugin.fused_expand(h, b, QKV, indices, slot, torch.bfloat16)
-    torch.testing.assert_close(fused, slice_by_slice(x, a, b, indices, 0.5), rtol=0, atol=0)
+    step = plugin.step_of(indices)
+    h = plugin.fused_shrink(x, a, 0.5, step, torch.float32)
+    fused = plugin.fused_expand(h, b, QKV, step).bfloat16()
+    close_to_vllms(fused, slice_by_slice(x, a, b, indices, 0.5))
     assert (fused[indices < 0] == 0).all()
 
 
-def test_step_slot_names_the_one_slot_a_step_uses():
-    assert plugin.step_slot(torch.tensor([3, 3])) == 3
-    assert plugin.step_slot(torch.tensor([-1, -1])) == -1
-    assert plugin.step_slot(torch.tensor([0, 1])) == -2
-    assert plugin.step_slot(torch.tensor([-1, 2])) == -2
+def test_a_step_names_the_one_slot_its_tokens_use_or_the_slots_in_use():
+    assert plugin.step_of(torch.tensor([3, 3])).slot == 3
+    assert plugin.step_of(torch.tensor([-1, -1])).slot == -1
+    step = plugin.step_of(torch.tensor([2, -1, 0, 2]))
+    assert (step.slot, step.active) == (-2, (0, 2))
+    assert step.place.tolist() == [1, 0, 0, 1] and step.none.flatten().tolist() == [0, 1, 0, 0]
 
 
 def test_weights_are_laid_out_again_only_after_an_adapter_is_written_into_a_slot():
@@ -125,13 +134,13 @@ def test_weights_are_laid_out_again_only_after_an_adapter_is_written_into_a_slot
 
     plugin.count_slot_writes(Manager)
     a = (torch.randn(SLOTS, 1, RANK, HIDDEN),)
-    x, one = torch.randn(1, HIDDEN), torch.tensor([1])
-    before = plugin.fused_shrink(x, a, 1.0, one, 1, torch.float32).clone()
+    x, one = torch.randn(1, HIDDEN), plugin.step_of(torch.tensor([1]))
+    before = plugin.fused_shrink(x, a, 1.0, one, torch.float32).clone()
     a[0][1] = 0  # vLLM's set_lora, in place
     Manager().activate_adapter("already in a slot")
-    assert torch.equal(plugin.fused_shrink(x, a, 1.0, one, 1, torch.float32), before)
+    assert torch.equal(plugin.fused_shrink(x, a, 1.0, one, torch.float32), before)
     Manager().activate_adapter("new")
-    assert (plugin.fused_shrink(x, a, 1.0, one, 1, torch.float32) == 0).all()
+    assert (plugin.fused_shrink(x, a, 1.0, one, torch.float32) == 0).all()
 
 
 def test_the_fused_wrapper_hands_vllm_a_call_whose_rows_it_cannot_place():
@@ -174,5 +183,5 @@ def test_the_fused_wrapper_hands_vllm_a_call_whose_rows_it_cannot_place():
     wrapper.add_expand(twice, buffer, b, QKV)
     assert len(calls) == 3
     expected = slice_by_slice(x, a, b, wrapper.token_lora_indices, 1.0)
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
-    torch.testing.assert_close(twice, 2 * expected, rtol=0.01, atol=0.05)
+    close_to_vllms(y, expected)
+    close_to_vllms(twice, 2 * expected)

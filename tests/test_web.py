@@ -508,6 +508,23 @@ def test_admin_export_registry_and_eval_report(ctx, tmp_path):
     assert report.startswith("# Evaluation") and plots
 
 
+def test_the_version_plot_says_when_it_has_nothing_to_draw(ctx, tmp_path):
+    """No versions, or versions without a gate's or a run's figures (the shipped team's, whose
+    figures are on its card): a title that says so, never bare axes."""
+    from app.admin_adapters import version_curve
+
+    def title():
+        return version_curve(ctx).axes[0].get_title()
+
+    assert title() == "No adapter versions yet"
+    with store.open_db(ctx.db_path) as db:
+        store.register_adapter(db, 0, str(tmp_path / "a0"), metrics={"source": "shipped"})
+    assert title().startswith("No scores yet")
+    with store.open_db(ctx.db_path) as db:
+        store.register_adapter(db, 0, str(tmp_path / "a1"), metrics={"train_reward": 0.4})
+    assert title() == "Score by adapter version"
+
+
 def test_admin_password_comes_from_a_file_or_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("COTEAM_ADMIN_PASSWORD", "from-env")
     assert admin_password_from(None) == "from-env"

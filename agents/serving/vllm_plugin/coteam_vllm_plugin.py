@@ -41,6 +41,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+from dataclasses import dataclass
 
 import torch
 
@@ -146,89 +147,116 @@ OURS = {
 # builds each token's index again for every call; and each call converts or transposes every
 # slot's weights before it multiplies. At batch 1 that made a trained agent decode at about half
 # the base model's speed (bench/serving.py --lora, "batch 1"). The wrapper's add_shrink,
-# add_expand and add_lora_linear are replaced by the functions below: every slice and slot in
-# one matmul, against weights laid out once (`prepared`) and laid out again only after vLLM has
-# written an adapter into a slot (LoRAModelManager.activate_adapter, the one writer); and where
-# every token of a step uses the same adapter (`step_slot`, worked out once a step), against
-# that slot's columns alone.
+# add_expand and add_lora_linear are replaced by the functions below: every slice of a layer in
+# one matmul each way, against weights laid out once (`prepared`) and laid out again only after
+# vLLM has written an adapter into a slot (LoRAModelManager.activate_adapter, the one writer),
+# and only against the slots the step's tokens use (`step_of`, worked out once a step).
 
 GENERATION = [0]  # bumped each time vLLM writes adapter weights into a slot
 _PREPARED: dict = {}
 
 
-def prepared(stacked: tuple, dtype: torch.dtype, slices: tuple | None = None) -> torch.Tensor:
-    """The weights of every slice and slot, laid out for one matmul. LoRA A (`slices` None;
-    each slice [slots, 1, rank, in]): [slots, in, n·rank], each slot's slices side by side.
-    LoRA B (each slice [slots, 1, out_i, rank]): [slots·n·rank, Σ out_i], rows ordered slot,
-    slice, rank, each slice's rows feeding only its own columns. Cached until an adapter is
-    written into a slot."""
-    key = (id(stacked[0]), dtype, slices is None)
+@dataclass(frozen=True)
+class Step:
+    """What every LoRA layer of a step needs to know of its tokens' adapters, worked out once a
+    step (`step_of`): the one slot they all use (`slot` >= 0), none (-1), or several (-2): then
+    the slots in use (`active`), each token's place among them (`place`, 0 for a token without
+    an adapter), which tokens have none (`none`, [tokens, 1, 1]) and `rows` (0 .. tokens-1)."""
+
+    tokens: int
+    slot: int
+    active: tuple[int, ...] = ()
+    place: torch.Tensor | None = None
+    none: torch.Tensor | None = None
+    rows: torch.Tensor | None = None
+
+
+def step_of(indices: torch.Tensor) -> Step:
+    """A step's `Step` from its per-token slot indices (-1: no adapter)."""
+    tokens = indices.shape[0]
+    low, high = (int(indices.min()), int(indices.max())) if tokens else (-1, -1)
+    if low == high:
+        return Step(tokens, low if low >= 0 else -1)
+    if high < 0:
+        return Step(tokens, -1)
+    active = torch.unique(indices[indices >= 0])  # sorted
+    return Step(
+        tokens, -2, tuple(active.tolist()), torch.searchsorted(active, indices.clamp(min=0)),
+        (indices < 0)[:, None, None], torch.arange(tokens, device=indices.device),
+    )  # fmt: skip
+
+
+def prepared(
+    stacked: tuple, dtype: torch.dtype, slices: tuple | None = None, active: tuple = ()
+) -> torch.Tensor:
+    """The weights of every slice, per slot, laid out for one matmul: LoRA A (`slices` None;
+    each slice [slots, 1, rank, in]) as [slots, in, n·rank]; LoRA B (each slice
+    [slots, 1, out_i, rank]) as [slots, n·rank, Σ out_i], each slice's rank rows feeding only
+    its own columns. With `active`, those slots' alone, stacked (B: [slots·n·rank, Σ out_i]).
+    Cached until an adapter is written into a slot."""
+    key = (id(stacked[0]), dtype, slices is None, active)
     hit = _PREPARED.get(key)
     if hit is not None and hit[0] == GENERATION[0] and hit[1] is stacked[0]:
         return hit[2]
-    mats = [w.squeeze(1) if w.dim() == 4 else w for w in stacked]
-    slots, n = mats[0].shape[0], len(mats)
-    if slices is None:
-        rank = mats[0].shape[1]
-        both = torch.stack(mats, dim=1).to(dtype).reshape(slots, n * rank, -1)
-        matrix = both.transpose(1, 2).contiguous()
+    if active:
+        every = prepared(stacked, dtype, slices)
+        matrix = every[list(active)]
+        matrix = matrix if slices is None else matrix.reshape(-1, every.shape[2])
     else:
-        rank = mats[0].shape[2]
-        matrix = torch.zeros(slots, n, rank, sum(slices), dtype=dtype)
-        start = 0
-        for i, (w, size) in enumerate(zip(mats, slices, strict=True)):
-            matrix[:, i, :, start : start + size] = w[:, :size].transpose(1, 2).to(dtype)
-            start += size
-        matrix = matrix.reshape(slots * n * rank, -1)
+        mats = [w.squeeze(1) if w.dim() == 4 else w for w in stacked]
+        slots, n = mats[0].shape[0], len(mats)
+        if slices is None:
+            rank = mats[0].shape[1]
+            both = torch.stack(mats, dim=1).to(dtype).reshape(slots, n * rank, -1)
+            matrix = both.transpose(1, 2).contiguous()
+        else:
+            rank = mats[0].shape[2]
+            matrix = torch.zeros(slots, n, rank, sum(slices), dtype=dtype)
+            start = 0
+            for i, (w, size) in enumerate(zip(mats, slices, strict=True)):
+                matrix[:, i, :, start : start + size] = w[:, :size].transpose(1, 2).to(dtype)
+                start += size
+            matrix = matrix.reshape(slots, n * rank, -1)
     _PREPARED[key] = (GENERATION[0], stacked[0], matrix)
     return matrix
 
 
-def fused_shrink(x, lora_a_stacked, scale, indices, slot, dtype) -> torch.Tensor:
+def fused_shrink(x, lora_a_stacked, scale, step: Step, dtype) -> torch.Tensor:
     """[tokens, n, rank]: each token's x times its own slot's A of every slice, times `scale`;
-    zero for a token without an adapter. `slot` >= 0: every token uses that slot."""
+    zero for a token without an adapter."""
     n, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
-    matrix = prepared(lora_a_stacked, dtype)
+    if step.slot == -1:
+        return torch.zeros(x.shape[0], n, rank, dtype=dtype, device=x.device)
     x = x.to(dtype)
-    if slot >= 0:
-        return (x @ matrix[slot]).mul_(scale).view(-1, n, rank)
-    every = x @ matrix  # [slots, tokens, n·rank]
-    tokens = torch.arange(x.shape[0], device=x.device)
-    own = every[indices.clamp(min=0), tokens].mul_(scale).view(-1, n, rank)
-    return own.masked_fill_((indices < 0)[:, None, None], 0)
+    if step.slot >= 0:
+        return (x @ prepared(lora_a_stacked, dtype)[step.slot]).mul_(scale).view(-1, n, rank)
+    every = x @ prepared(lora_a_stacked, dtype, active=step.active)  # [active, tokens, n·rank]
+    own = every[step.place, step.rows].mul_(scale).view(-1, n, rank)
+    return own.masked_fill_(step.none, 0)
 
 
-def fused_expand(h, lora_b_stacked, slices, indices, slot, dtype) -> torch.Tensor:
-    """[tokens, Σ slices]: each token's h ([tokens, n, rank]) times its own slot's B of every
-    slice, side by side; zero for a token without an adapter."""
+def fused_expand(h, lora_b_stacked, slices, step: Step) -> torch.Tensor:
+    """[tokens, Σ slices], float32: each token's h ([tokens, n, rank]) times its own slot's B
+    of every slice, side by side; zero for a token without an adapter. In float32, not the
+    model's bf16 as vLLM's ops: on this CPU a bf16 matmul this small costs about 14 µs whatever
+    its size, a float32 one 2 to 7 µs; the delta is added to the bf16 output as vLLM adds it."""
     tokens, n, rank = h.shape
-    matrix = prepared(lora_b_stacked, dtype, tuple(slices))
-    h = h.to(dtype)
-    if slot >= 0:
-        return h.reshape(tokens, n * rank) @ matrix[slot * n * rank : (slot + 1) * n * rank]
-    rows = torch.arange(tokens, device=h.device)
-    placed = h.new_zeros(tokens, matrix.shape[0] // (n * rank), n, rank)
-    placed[rows, indices.clamp(min=0)] = h.masked_fill((indices < 0)[:, None, None], 0)
+    if step.slot == -1:
+        return torch.zeros(tokens, sum(slices), device=h.device)
+    h = h.float()
+    if step.slot >= 0:
+        matrix = prepared(lora_b_stacked, torch.float32, tuple(slices))[step.slot]
+        return h.reshape(tokens, n * rank) @ matrix
+    matrix = prepared(lora_b_stacked, torch.float32, tuple(slices), step.active)
+    placed = h.new_zeros(tokens, len(step.active), n, rank)
+    placed[step.rows, step.place] = h.masked_fill(step.none, 0)
     return placed.view(tokens, -1) @ matrix
 
 
-def step_slot(indices: torch.Tensor) -> int:
-    """The slot every token of a step uses; -1 if none uses one; -2 if they differ."""
-    if indices.numel() == 0:
-        return -1
-    low, high = int(indices.min()), int(indices.max())
-    if low == high:
-        return low if low >= 0 else -1
-    return -2
-
-
 def _fits(wrapper, x: torch.Tensor) -> bool:
-    """Whether this step's per-token indices are known and match `x`'s rows."""
-    slot = getattr(wrapper, "_coteam_slot", None)
-    return (
-        slot is not None
-        and wrapper.token_lora_indices.shape[0] == x.reshape(-1, x.shape[-1]).shape[0]
-    )
+    """Whether this step's tokens are known (`update_metadata` ran) and match `x`'s rows."""
+    step = getattr(wrapper, "_coteam_step", None)
+    return step is not None and step.tokens == x.reshape(-1, x.shape[-1]).shape[0]
 
 
 def patch_wrapper(wrapper_class) -> None:
@@ -244,7 +272,7 @@ def patch_wrapper(wrapper_class) -> None:
 
     def update_metadata(self, *args, **kwargs):
         update(self, *args, **kwargs)
-        self._coteam_slot = step_slot(self.token_lora_indices)
+        self._coteam_step = step_of(self.token_lora_indices)
 
     def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
         if not _fits(self, x):
@@ -252,9 +280,8 @@ def patch_wrapper(wrapper_class) -> None:
         if self.no_lora:
             return None
         out = fused_shrink(
-            x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, self.token_lora_indices,
-            self._coteam_slot, y[0].dtype,
-        )  # fmt: skip
+            x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, self._coteam_step, y[0].dtype
+        )
         rank = out.shape[2]
         for i in range(out.shape[1]):
             y[i][:, :rank].copy_(out[:, i])
@@ -270,10 +297,7 @@ def patch_wrapper(wrapper_class) -> None:
         if self.no_lora:
             return None
         h = x.transpose(0, 1) if isinstance(x, torch.Tensor) else torch.stack(tuple(x), dim=1)
-        delta = fused_expand(
-            h, lora_b_stacked, output_slices, self.token_lora_indices, self._coteam_slot,
-            rows.dtype,
-        )  # fmt: skip
+        delta = fused_expand(h, lora_b_stacked, output_slices, self._coteam_step)
         cols = rows[:, offset_start : offset_start + delta.shape[1]]
         cols.add_(delta) if add_inputs else cols.copy_(delta)
         return None
@@ -287,11 +311,11 @@ def patch_wrapper(wrapper_class) -> None:
             )  # fmt: skip
         if self.no_lora:
             return None
-        indices, slot = self.token_lora_indices, self._coteam_slot
-        h = fused_shrink(x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, indices, slot,
-                         torch.float32)  # vLLM's buffer between the two is float32  # fmt: skip
+        step = self._coteam_step
+        # vLLM's buffer between the two products is float32
+        h = fused_shrink(x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, step, torch.float32)
         rows = y.reshape(-1, y.shape[-1])
-        delta = fused_expand(h, lora_b_stacked, output_slices, indices, slot, rows.dtype)
+        delta = fused_expand(h, lora_b_stacked, output_slices, step)
         cols = rows[:, : delta.shape[1]]
         cols.add_(delta) if kwargs.get("add_inputs", True) else cols.copy_(delta)
         return None
