@@ -14,7 +14,7 @@ Two consequences, both measured here (docs/runs/training-log.md, "LoRA on vLLM's
   a training step's 16 rollout requests took 1.87x the base model's time under adapters
   (`bench/serving.py --lora --without-plugin`), 1.00x with these ops.
 
-- **Slow decoding**: at batch 1 a trained agent decoded at about half the base model's speed,
+- **Slow decoding**: at batch 1 a trained agent decoded far slower than the base model,
   each layer's slices and their ops called one by one, each converting or transposing every
   slot's weights (bench/serving.py --lora; docs/runs/training-log.md, "LoRA decoding").
 
@@ -145,12 +145,12 @@ OURS = {
 # The whole layer at once. vLLM's CPU punica wrapper calls the ops above once per slice (q, k and
 # v of the fused projection are three) through its prefill path (V1 always takes it), which
 # builds each token's index again for every call; and each call converts or transposes every
-# slot's weights before it multiplies. At batch 1 that made a trained agent decode at about half
-# the base model's speed (bench/serving.py --lora, "batch 1"). The wrapper's add_shrink,
-# add_expand and add_lora_linear are replaced by the functions below: every slice of a layer in
-# one matmul each way, against weights laid out once (`prepared`) and laid out again only after
-# vLLM has written an adapter into a slot (LoRAModelManager.activate_adapter, the one writer),
-# and only against the slots the step's tokens use (`step_of`, worked out once a step).
+# slot's weights before it multiplies: at batch 1 a trained agent decoded far slower than the
+# base model (bench/serving.py --lora). The wrapper's add_shrink, add_expand and add_lora_linear
+# are replaced by the functions below: every slice of a layer in one matmul each way, against
+# weights laid out once (`prepared`) and laid out again only after vLLM has written an adapter
+# into a slot (LoRAModelManager.activate_adapter, the one writer), and only against the slots
+# the step's tokens use (`step_of`, worked out once a step).
 
 GENERATION = [0]  # bumped each time vLLM writes adapter weights into a slot
 _PREPARED: dict = {}
@@ -238,8 +238,9 @@ def fused_shrink(x, lora_a_stacked, scale, step: Step, dtype) -> torch.Tensor:
 def fused_expand(h, lora_b_stacked, slices, step: Step) -> torch.Tensor:
     """[tokens, Σ slices], float32: each token's h ([tokens, n, rank]) times its own slot's B
     of every slice, side by side; zero for a token without an adapter. In float32, not the
-    model's bf16 as vLLM's ops: on this CPU a bf16 matmul this small costs about 14 µs whatever
-    its size, a float32 one 2 to 7 µs; the delta is added to the bf16 output as vLLM adds it."""
+    model's bf16 as vLLM's ops: on a CPU a bf16 matmul this small costs several times a float32
+    one (docs/runs/training-log.md, "LoRA decoding"); the delta is added to the bf16 output as
+    vLLM adds it."""
     tokens, n, rank = h.shape
     if step.slot == -1:
         return torch.zeros(tokens, sum(slices), device=h.device)
