@@ -262,7 +262,7 @@ def _fits(wrapper, x: torch.Tensor) -> bool:
 
 def patch_wrapper(wrapper_class) -> None:
     """Replace the CPU punica wrapper's add_shrink, add_expand and add_lora_linear by fused
-    ones, and note each step's slot in update_metadata. A call the fused path does not fit
+    ones, and work out each step's `Step` in update_metadata. A call the fused path does not fit
     (indices not matching the rows) goes to vLLM's own method."""
     if getattr(wrapper_class, "_coteam_fused", False):
         return
