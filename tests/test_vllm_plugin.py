@@ -110,8 +110,9 @@ def test_a_whole_layer_in_one_matmul_gives_what_the_ops_give_slice_by_slice(indi
     b = tuple(torch.randn(SLOTS, 1, size, RANK, generator=g).bfloat16() for size in QKV)
     x = torch.randn(indices.shape[0], HIDDEN, generator=g).bfloat16()
     step = plugin.step_of(indices)
-    h = plugin.fused_shrink(x, a, 0.5, step, torch.float32)
-    fused = plugin.fused_expand(h, b, QKV, step).bfloat16()
+    fused = plugin.fused_linear(x, a, b, QKV, 0.5, step).bfloat16()
+    halves = plugin.fused_expand(plugin.fused_shrink(x, a, 0.5, step), b, QKV, step).bfloat16()
+    torch.testing.assert_close(halves, fused)
     close_to_vllms(fused, slice_by_slice(x, a, b, indices, 0.5))
     assert (fused[indices < 0] == 0).all()
 
@@ -121,7 +122,8 @@ def test_a_step_names_the_one_slot_its_tokens_use_or_the_slots_in_use():
     assert plugin.step_of(torch.tensor([-1, -1])).slot == -1
     step = plugin.step_of(torch.tensor([2, -1, 0, 2]))
     assert (step.slot, step.active) == (-2, (0, 2))
-    assert step.place.tolist() == [1, 0, 0, 1] and step.none.flatten().tolist() == [0, 1, 0, 0]
+    assert step.own.tolist() == [[0, 1], [0, 0], [1, 0], [0, 1]]
+    assert step.mask(2).tolist()[0] == [0, 0, 1, 1]
 
 
 def test_weights_are_laid_out_again_only_after_an_adapter_is_written_into_a_slot():
@@ -135,12 +137,12 @@ def test_weights_are_laid_out_again_only_after_an_adapter_is_written_into_a_slot
     plugin.count_slot_writes(Manager)
     a = (torch.randn(SLOTS, 1, RANK, HIDDEN),)
     x, one = torch.randn(1, HIDDEN), plugin.step_of(torch.tensor([1]))
-    before = plugin.fused_shrink(x, a, 1.0, one, torch.float32).clone()
+    before = plugin.fused_shrink(x, a, 1.0, one).clone()
     a[0][1] = 0  # vLLM's set_lora, in place
     Manager().activate_adapter("already in a slot")
-    assert torch.equal(plugin.fused_shrink(x, a, 1.0, one, torch.float32), before)
+    assert torch.equal(plugin.fused_shrink(x, a, 1.0, one), before)
     Manager().activate_adapter("new")
-    assert (plugin.fused_shrink(x, a, 1.0, one, torch.float32) == 0).all()
+    assert (plugin.fused_shrink(x, a, 1.0, one) == 0).all()
 
 
 def test_the_fused_wrapper_hands_vllm_a_call_whose_rows_it_cannot_place():

@@ -41,7 +41,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -160,30 +160,32 @@ _PREPARED: dict = {}
 class Step:
     """What every LoRA layer of a step needs to know of its tokens' adapters, worked out once a
     step (`step_of`): the one slot they all use (`slot` >= 0), none (-1), or several (-2): then
-    the slots in use (`active`), each token's place among them (`place`, 0 for a token without
-    an adapter), which tokens have none (`none`, [tokens, 1, 1]) and `rows` (0 .. tokens-1)."""
+    the slots in use (`active`) and `own`, [tokens, active], 1 where a token uses that slot (a
+    row of zeros for a token without an adapter)."""
 
     tokens: int
     slot: int
     active: tuple[int, ...] = ()
-    place: torch.Tensor | None = None
-    none: torch.Tensor | None = None
-    rows: torch.Tensor | None = None
+    own: torch.Tensor | None = None
+    widths: dict = field(default_factory=dict, compare=False)
+
+    def mask(self, width: int) -> torch.Tensor:
+        """[tokens, active·width]: `own` with each slot's column repeated `width` times, the
+        layout of a layer's products with every active slot side by side."""
+        if width not in self.widths:
+            self.widths[width] = self.own.repeat_interleave(width, dim=1)
+        return self.widths[width]
 
 
 def step_of(indices: torch.Tensor) -> Step:
     """A step's `Step` from its per-token slot indices (-1: no adapter)."""
     tokens = indices.shape[0]
     low, high = (int(indices.min()), int(indices.max())) if tokens else (-1, -1)
-    if low == high:
-        return Step(tokens, low if low >= 0 else -1)
-    if high < 0:
-        return Step(tokens, -1)
+    if low == high or high < 0:
+        return Step(tokens, low if low == high and low >= 0 else -1)
     active = torch.unique(indices[indices >= 0])  # sorted
-    return Step(
-        tokens, -2, tuple(active.tolist()), torch.searchsorted(active, indices.clamp(min=0)),
-        (indices < 0)[:, None, None], torch.arange(tokens, device=indices.device),
-    )  # fmt: skip
+    own = (indices[:, None] == active[None, :]).float()
+    return Step(tokens, -2, tuple(active.tolist()), own)
 
 
 def prepared(
@@ -192,16 +194,18 @@ def prepared(
     """The weights of every slice, per slot, laid out for one matmul: LoRA A (`slices` None;
     each slice [slots, 1, rank, in]) as [slots, in, n·rank]; LoRA B (each slice
     [slots, 1, out_i, rank]) as [slots, n·rank, Σ out_i], each slice's rank rows feeding only
-    its own columns. With `active`, those slots' alone, stacked (B: [slots·n·rank, Σ out_i]).
-    Cached until an adapter is written into a slot."""
+    its own columns. With `active`, those slots' side by side: A as [in, active·n·rank], B as
+    [active·n·rank, Σ out_i]. Cached until an adapter is written into a slot."""
     key = (id(stacked[0]), dtype, slices is None, active)
     hit = _PREPARED.get(key)
     if hit is not None and hit[0] == GENERATION[0] and hit[1] is stacked[0]:
         return hit[2]
     if active:
-        every = prepared(stacked, dtype, slices)
-        matrix = every[list(active)]
-        matrix = matrix if slices is None else matrix.reshape(-1, every.shape[2])
+        every = prepared(stacked, dtype, slices)[list(active)]
+        if slices is None:
+            matrix = every.permute(1, 0, 2).reshape(every.shape[1], -1).contiguous()
+        else:
+            matrix = every.reshape(-1, every.shape[2])
     else:
         mats = [w.squeeze(1) if w.dim() == 4 else w for w in stacked]
         slots, n = mats[0].shape[0], len(mats)
@@ -221,37 +225,60 @@ def prepared(
     return matrix
 
 
-def fused_shrink(x, lora_a_stacked, scale, step: Step, dtype) -> torch.Tensor:
-    """[tokens, n, rank]: each token's x times its own slot's A of every slice, times `scale`;
-    zero for a token without an adapter."""
+# The products are taken in float32, not the model's bf16 as vLLM's ops take the expand: on a
+# CPU a bf16 matmul this small costs several times a float32 one (docs/runs/training-log.md,
+# "LoRA decoding"); vLLM's buffer between the two products is float32 already, and the delta is
+# added to the bf16 output as vLLM adds it.
+
+
+def _shrunk_by_slot(x, lora_a_stacked, scale, step: Step) -> torch.Tensor:
+    """[tokens, active·n·rank], float32: each token's x times the A of every slice of each
+    active slot, zero but in its own slot's columns."""
+    n, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
+    h = x.float() @ prepared(lora_a_stacked, torch.float32, active=step.active)
+    h.mul_(step.mask(n * rank))
+    return h.mul_(scale) if scale != 1.0 else h
+
+
+def fused_linear(x, lora_a_stacked, lora_b_stacked, slices, scale, step: Step) -> torch.Tensor:
+    """[tokens, Σ slices], float32: each token's x times its own slot's A then B, every slice
+    side by side, times `scale`; zero for a token without an adapter. Two matmuls, whether the
+    step's tokens use one slot or several."""
+    if step.slot == -1:
+        return torch.zeros(x.shape[0], sum(slices), device=x.device)
+    if step.slot >= 0:
+        a = prepared(lora_a_stacked, torch.float32)[step.slot]
+        h = x.float() @ a
+        h = h.mul_(scale) if scale != 1.0 else h
+        return h @ prepared(lora_b_stacked, torch.float32, tuple(slices))[step.slot]
+    h = _shrunk_by_slot(x, lora_a_stacked, scale, step)
+    return h @ prepared(lora_b_stacked, torch.float32, tuple(slices), step.active)
+
+
+def fused_shrink(x, lora_a_stacked, scale, step: Step) -> torch.Tensor:
+    """[tokens, n, rank], float32: each token's x times its own slot's A of every slice, times
+    `scale`; zero for a token without an adapter (a row-parallel layer's first half)."""
     n, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
     if step.slot == -1:
-        return torch.zeros(x.shape[0], n, rank, dtype=dtype, device=x.device)
-    x = x.to(dtype)
+        return torch.zeros(x.shape[0], n, rank, device=x.device)
     if step.slot >= 0:
-        return (x @ prepared(lora_a_stacked, dtype)[step.slot]).mul_(scale).view(-1, n, rank)
-    every = x @ prepared(lora_a_stacked, dtype, active=step.active)  # [active, tokens, n·rank]
-    own = every[step.place, step.rows].mul_(scale).view(-1, n, rank)
-    return own.masked_fill_(step.none, 0)
+        h = x.float() @ prepared(lora_a_stacked, torch.float32)[step.slot]
+        return h.mul_(scale).view(-1, n, rank)
+    h = _shrunk_by_slot(x, lora_a_stacked, scale, step)
+    return h.view(-1, len(step.active), n, rank).sum(dim=1)
 
 
 def fused_expand(h, lora_b_stacked, slices, step: Step) -> torch.Tensor:
     """[tokens, Σ slices], float32: each token's h ([tokens, n, rank]) times its own slot's B
-    of every slice, side by side; zero for a token without an adapter. In float32, not the
-    model's bf16 as vLLM's ops: on a CPU a bf16 matmul this small costs several times a float32
-    one (docs/runs/training-log.md, "LoRA decoding"); the delta is added to the bf16 output as
-    vLLM adds it."""
+    of every slice, side by side; zero for a token without an adapter (the second half)."""
     tokens, n, rank = h.shape
     if step.slot == -1:
         return torch.zeros(tokens, sum(slices), device=h.device)
-    h = h.float()
+    h = h.float().reshape(tokens, n * rank)
     if step.slot >= 0:
-        matrix = prepared(lora_b_stacked, torch.float32, tuple(slices))[step.slot]
-        return h.reshape(tokens, n * rank) @ matrix
-    matrix = prepared(lora_b_stacked, torch.float32, tuple(slices), step.active)
-    placed = h.new_zeros(tokens, len(step.active), n, rank)
-    placed[step.rows, step.place] = h.masked_fill(step.none, 0)
-    return placed.view(tokens, -1) @ matrix
+        return h @ prepared(lora_b_stacked, torch.float32, tuple(slices))[step.slot]
+    placed = h.repeat(1, len(step.active)).mul_(step.mask(n * rank))
+    return placed @ prepared(lora_b_stacked, torch.float32, tuple(slices), step.active)
 
 
 def _fits(wrapper, x: torch.Tensor) -> bool:
@@ -280,9 +307,7 @@ def patch_wrapper(wrapper_class) -> None:
             return shrink(self, y, x, lora_a_stacked, scale, **kwargs)
         if self.no_lora:
             return None
-        out = fused_shrink(
-            x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, self._coteam_step, y[0].dtype
-        )
+        out = fused_shrink(x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, self._coteam_step)
         rank = out.shape[2]
         for i in range(out.shape[1]):
             y[i][:, :rank].copy_(out[:, i])
@@ -312,11 +337,11 @@ def patch_wrapper(wrapper_class) -> None:
             )  # fmt: skip
         if self.no_lora:
             return None
-        step = self._coteam_step
-        # vLLM's buffer between the two products is float32
-        h = fused_shrink(x.reshape(-1, x.shape[-1]), lora_a_stacked, scale, step, torch.float32)
+        x = x.reshape(-1, x.shape[-1])
+        delta = fused_linear(
+            x, lora_a_stacked, lora_b_stacked, output_slices, scale, self._coteam_step
+        )
         rows = y.reshape(-1, y.shape[-1])
-        delta = fused_expand(h, lora_b_stacked, output_slices, step)
         cols = rows[:, : delta.shape[1]]
         cols.add_(delta) if kwargs.get("add_inputs", True) else cols.copy_(delta)
         return None
