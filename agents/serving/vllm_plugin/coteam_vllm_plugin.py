@@ -188,20 +188,18 @@ def step_of(indices: torch.Tensor) -> Step:
     return Step(tokens, -2, tuple(active.tolist()), own)
 
 
-def prepared(
-    stacked: tuple, dtype: torch.dtype, slices: tuple | None = None, active: tuple = ()
-) -> torch.Tensor:
-    """The weights of every slice, per slot, laid out for one matmul: LoRA A (`slices` None;
+def prepared(stacked: tuple, slices: tuple | None = None, active: tuple = ()) -> torch.Tensor:
+    """The weights of every slice, per slot, in float32, laid out for one matmul: LoRA A (`slices` None;
     each slice [slots, 1, rank, in]) as [slots, in, n·rank]; LoRA B (each slice
     [slots, 1, out_i, rank]) as [slots, n·rank, Σ out_i], each slice's rank rows feeding only
     its own columns. With `active`, those slots' side by side: A as [in, active·n·rank], B as
     [active·n·rank, Σ out_i]. Cached until an adapter is written into a slot."""
-    key = (id(stacked[0]), dtype, slices is None, active)
+    key = (id(stacked[0]), slices is None, active)
     hit = _PREPARED.get(key)
     if hit is not None and hit[0] == GENERATION[0] and hit[1] is stacked[0]:
         return hit[2]
     if active:
-        every = prepared(stacked, dtype, slices)[list(active)]
+        every = prepared(stacked, slices)[list(active)]
         if slices is None:
             matrix = every.permute(1, 0, 2).reshape(every.shape[1], -1).contiguous()
         else:
@@ -211,14 +209,14 @@ def prepared(
         slots, n = mats[0].shape[0], len(mats)
         if slices is None:
             rank = mats[0].shape[1]
-            both = torch.stack(mats, dim=1).to(dtype).reshape(slots, n * rank, -1)
+            both = torch.stack(mats, dim=1).float().reshape(slots, n * rank, -1)
             matrix = both.transpose(1, 2).contiguous()
         else:
             rank = mats[0].shape[2]
-            matrix = torch.zeros(slots, n, rank, sum(slices), dtype=dtype)
+            matrix = torch.zeros(slots, n, rank, sum(slices))
             start = 0
             for i, (w, size) in enumerate(zip(mats, slices, strict=True)):
-                matrix[:, i, :, start : start + size] = w[:, :size].transpose(1, 2).to(dtype)
+                matrix[:, i, :, start : start + size] = w[:, :size].transpose(1, 2).float()
                 start += size
             matrix = matrix.reshape(slots, n * rank, -1)
     _PREPARED[key] = (GENERATION[0], stacked[0], matrix)
@@ -231,28 +229,16 @@ def prepared(
 # added to the bf16 output as vLLM adds it.
 
 
+def _scaled(h: torch.Tensor, scale: float) -> torch.Tensor:
+    return h.mul_(scale) if scale != 1.0 else h  # vLLM's layers pass 1.0
+
+
 def _shrunk_by_slot(x, lora_a_stacked, scale, step: Step) -> torch.Tensor:
     """[tokens, active·n·rank], float32: each token's x times the A of every slice of each
     active slot, zero but in its own slot's columns."""
     n, rank = len(lora_a_stacked), lora_a_stacked[0].shape[-2]
-    h = x.float() @ prepared(lora_a_stacked, torch.float32, active=step.active)
-    h.mul_(step.mask(n * rank))
-    return h.mul_(scale) if scale != 1.0 else h
-
-
-def fused_linear(x, lora_a_stacked, lora_b_stacked, slices, scale, step: Step) -> torch.Tensor:
-    """[tokens, Σ slices], float32: each token's x times its own slot's A then B, every slice
-    side by side, times `scale`; zero for a token without an adapter. Two matmuls, whether the
-    step's tokens use one slot or several."""
-    if step.slot == -1:
-        return torch.zeros(x.shape[0], sum(slices), device=x.device)
-    if step.slot >= 0:
-        a = prepared(lora_a_stacked, torch.float32)[step.slot]
-        h = x.float() @ a
-        h = h.mul_(scale) if scale != 1.0 else h
-        return h @ prepared(lora_b_stacked, torch.float32, tuple(slices))[step.slot]
-    h = _shrunk_by_slot(x, lora_a_stacked, scale, step)
-    return h @ prepared(lora_b_stacked, torch.float32, tuple(slices), step.active)
+    h = x.float() @ prepared(lora_a_stacked, active=step.active)
+    return _scaled(h.mul_(step.mask(n * rank)), scale)
 
 
 def fused_shrink(x, lora_a_stacked, scale, step: Step) -> torch.Tensor:
@@ -262,8 +248,8 @@ def fused_shrink(x, lora_a_stacked, scale, step: Step) -> torch.Tensor:
     if step.slot == -1:
         return torch.zeros(x.shape[0], n, rank, device=x.device)
     if step.slot >= 0:
-        h = x.float() @ prepared(lora_a_stacked, torch.float32)[step.slot]
-        return h.mul_(scale).view(-1, n, rank)
+        h = x.float() @ prepared(lora_a_stacked)[step.slot]
+        return _scaled(h, scale).view(-1, n, rank)
     h = _shrunk_by_slot(x, lora_a_stacked, scale, step)
     return h.view(-1, len(step.active), n, rank).sum(dim=1)
 
@@ -276,9 +262,22 @@ def fused_expand(h, lora_b_stacked, slices, step: Step) -> torch.Tensor:
         return torch.zeros(tokens, sum(slices), device=h.device)
     h = h.float().reshape(tokens, n * rank)
     if step.slot >= 0:
-        return h @ prepared(lora_b_stacked, torch.float32, tuple(slices))[step.slot]
+        return h @ prepared(lora_b_stacked, tuple(slices))[step.slot]
     placed = h.repeat(1, len(step.active)).mul_(step.mask(n * rank))
-    return placed @ prepared(lora_b_stacked, torch.float32, tuple(slices), step.active)
+    return placed @ prepared(lora_b_stacked, tuple(slices), step.active)
+
+
+def fused_linear(x, lora_a_stacked, lora_b_stacked, slices, scale, step: Step) -> torch.Tensor:
+    """[tokens, Σ slices], float32: each token's x times its own slot's A then B, every slice
+    side by side, times `scale`; zero for a token without an adapter. Two matmuls, whether the
+    step's tokens use one slot or several (the products with every active slot, masked, go
+    straight into their B, not summed per token first as `fused_shrink` must)."""
+    if step.slot != -2:
+        return fused_expand(
+            fused_shrink(x, lora_a_stacked, scale, step), lora_b_stacked, slices, step
+        )
+    h = _shrunk_by_slot(x, lora_a_stacked, scale, step)
+    return h @ prepared(lora_b_stacked, tuple(slices), step.active)
 
 
 def _fits(wrapper, x: torch.Tensor) -> bool:
