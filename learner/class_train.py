@@ -28,9 +28,11 @@ from agents.kinds.class_team import (
     ClassEpisode,
     ClassRewardWeights,
     class_reward,
+    recombine_classes,
     run_class_episode,
 )
 from agents.kinds.classes import ClassProblem, class_splits
+from learner.config import CROSS_WORKERS
 from store.adapters import recorded_version
 
 CLASS_WEIGHTS = ClassRewardWeights()  # the one class reward, for training, the gate and the CLI
@@ -80,6 +82,26 @@ def play_classes(
 
     with ThreadPoolExecutor(max_workers=samples) as pool:
         return list(pool.map(one, range(samples)))
+
+
+def cross_classes(episodes: list[ClassEpisode], agents: int):
+    """Cross pairing on a class: every agent's sample with every teammate's (G^agents classes,
+    `recombine_classes`: merged and judged as an episode is, scored by `class_reward`, not
+    recorded); each agent's samples' returns [agents, G], the mean reward of the classes each
+    is part of (learner/magrpo.py `cross_returns`)."""
+    import torch
+
+    from learner.magrpo import cross_picks, cross_returns
+
+    picks = cross_picks(len(episodes), agents)
+
+    def joint(pick: tuple[int, ...]) -> float:
+        episode = episodes[pick[0]] if len(set(pick)) == 1 else recombine_classes(episodes, pick)
+        return class_reward(episode, CLASS_WEIGHTS)["reward"]
+
+    with ThreadPoolExecutor(max_workers=CROSS_WORKERS) as pool:
+        rewards = list(pool.map(joint, picks))
+    return cross_returns(torch.tensor(rewards), picks, len(episodes))
 
 
 def reward_parts(scored: dict) -> dict[str, float]:

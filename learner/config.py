@@ -29,6 +29,7 @@ FOLD_HELP = (
 # train split (agents/kinds/classes.py), the class team (learner/class_train.py)
 TrainSet = Literal["coding", "summary", "expansion", "longform", "class"]
 MAX_CROSS_JOINT = 64  # joint actions a crossed group may score (G = 4: 2 or 3 agents; G = 8: 2)
+CROSS_WORKERS = 4  # recombined joint actions judged at once (each program's tests: a subprocess)
 
 
 @dataclass
@@ -225,8 +226,6 @@ class TrainArgs:
             raise ValueError(f"the learning rate must be positive, not {c.learning_rate}")
         if c.joint_mode not in JOINT_MODES:
             raise ValueError(f"unknown joint mode {c.joint_mode!r}: {' or '.join(JOINT_MODES)}")
-        if c.joint_mode == "cross" and self.task == "class":
-            raise ValueError("cross pairing recombines one-call agents; a class team is aligned")
         if c.joint_mode == "cross" and self.turns != 1:
             raise ValueError(
                 "cross pairing trains one-turn episodes: a second turn's observations depend on "

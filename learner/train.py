@@ -41,8 +41,13 @@ from agents.tasks import Task, split_tasks
 from agents.team.crossing import recombine
 from agents.team.feedback import checker_for
 from agents.team.graph import Sampling
-from learner.class_train import class_training_problems, play_classes, reward_parts
-from learner.config import TrainArgs
+from learner.class_train import (
+    class_training_problems,
+    cross_classes,
+    play_classes,
+    reward_parts,
+)
+from learner.config import CROSS_WORKERS, TrainArgs
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import SAMPLED_SHARES
 from learner.magrpo import (
@@ -69,7 +74,6 @@ from learner.rewards import score_group
 from store.paths import default_db_path, runs_dir
 
 log = logging.getLogger(__name__)
-CROSS_WORKERS = 4  # recombined joint actions judged at once (each program's tests: a subprocess)
 
 
 class Group(NamedTuple):
@@ -440,6 +444,8 @@ def rollout_group(
         rewards = torch.tensor([scored["reward"] for _, scored in played])
         components = [reward_parts(scored) for _, scored in played]
         results = [episode for episode, _ in played]
+        if args.magrpo.joint_mode == "cross":
+            return Group(results, rewards, cross_classes(results, args.agents), components)
         return Group(results, rewards, rewards.expand(args.agents, -1), components)
     setup = EpisodeSetup(
         task,

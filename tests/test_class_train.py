@@ -7,12 +7,13 @@ import pytest
 import torch
 
 import store
-from agents.kinds.class_team import class_reward, run_class_episode
+from agents.kinds.class_team import class_reward, recombine_classes, run_class_episode
 from agents.kinds.classes import class_problem
 from agents.serving.policy import Completion
 from learner.class_train import (
     class_training_problems,
     class_validation_problems,
+    cross_classes,
     record_class_episode,
 )
 from learner.config import MAGRPOConfig, TrainArgs
@@ -95,8 +96,9 @@ def test_a_class_run_trains_on_the_class_train_split_and_its_versions_are_its_ow
     TrainArgs(task="class", agents=1).check()  # the control: one agent, GRPO
     with pytest.raises(ValueError, match="1 on classes"):
         TrainArgs(task="coding", agents=1).check()
-    with pytest.raises(ValueError, match="class team is aligned"):
-        TrainArgs(task="class", magrpo=MAGRPOConfig(joint_mode="cross")).check()
+    TrainArgs(task="class", magrpo=MAGRPOConfig(joint_mode="cross")).check()
+    with pytest.raises(ValueError, match="one-turn"):
+        TrainArgs(task="class", turns=2, magrpo=MAGRPOConfig(joint_mode="cross")).check()
     with store.open_db(tmp_path / "coteam.db") as db:  # the schema takes a class version
         row = store.register_adapter(db, 0, str(tmp_path / "a"), version=1, kind="class")
         store.activate_adapter(db, 0, row["version"])
@@ -120,3 +122,33 @@ def test_a_group_of_one_agent_is_the_single_shape_and_a_group_of_two_the_team(tm
         with store.open_db(db_path) as db:
             rows = [e for e in store.list_episodes(db, limit=10) if e["shape"] == shape]
         assert len(rows) == 2 and len({r["group_id"] for r in rows}) == 1
+
+
+class Broken(WithTokens):
+    """The canonical methods, except that agent 2's return None (its every test class fails)."""
+
+    def generate(self, requests, on_token=None):
+        out = super().generate(requests)
+        for request, completion in zip(requests, out, strict=True):
+            if request.agent == 1:
+                completion.text = "        return None\n"
+        return out
+
+
+def test_crossing_a_class_credits_each_agent_for_its_own_methods():
+    """Sample 0 is the canonical class; in sample 1 agent 2's methods are broken. Aligned, agent
+    1's sample 1 would share the blame; crossed, the mixes are judged as classes (agent 1's
+    methods of sample 1 with agent 2's of sample 0 pass whole), so agent 1's samples return the
+    same and only agent 2's differ."""
+    problem = class_problem(4)
+    good = run_class_episode(problem, WithTokens(problem), agents=2)
+    bad = run_class_episode(problem, Broken(problem), agents=2)
+    assert good.verdict.all_passed and not bad.verdict.all_passed
+    mixed = recombine_classes([good, bad], (1, 0))
+    assert mixed.verdict.all_passed and mixed.merged.program == good.merged.program
+    assert [s.agent for s in mixed.steps] == [0, 0, 0, 1, 1, 1]
+    returns = cross_classes([good, bad], 2)
+    assert returns[0, 0] == pytest.approx(returns[0, 1])
+    assert returns[1, 0] > returns[1, 1]
+    aligned = [class_reward(e)["reward"] for e in (good, bad)]
+    assert returns[1, 0] == pytest.approx(aligned[0]) and returns[1, 1] == pytest.approx(aligned[1])

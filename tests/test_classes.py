@@ -56,6 +56,29 @@ def test_methods_are_dealt_round_the_agents_and_begun_with_their_heads():
     assert sorted(m for part in dealt for m in part) == sorted(problem.methods)
 
 
+def test_the_deal_puts_the_docstring_implied_calls_between_teammates():
+    """Over the 64 classes, round the agents leaves 32 of the 91 implied calls (method to another
+    method of its class) within one agent of a team of 2; the deal keeps at most 7 there, and
+    keeps every agent's share even."""
+    within = {2: 0, 4: 0}
+    for problem in class_problems():
+        for agents in within:
+            dealt = deal(problem, agents)
+            assert sorted(m for part in dealt for m in part) == sorted(problem.methods)
+            sizes = [len(part) for part in dealt]
+            assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1, problem.task_id
+            assert len(dealt) == min(agents, len(problem.methods))
+            owner = {m: a for a, part in enumerate(dealt) for m in part}
+            assert all(part == sorted(part, key=problem.methods.index) for part in dealt)
+            within[agents] += sum(
+                owner[m] == owner[d]
+                for m in problem.methods
+                for d in problem.calls.get(m, ())
+                if d in owner and d != m
+            )
+    assert within[2] <= 7 and within[4] <= 1, within
+
+
 def test_merging_takes_each_agents_own_methods_by_name_and_reports_the_rest():
     problem = user_class_problem(
         "class Counter:\n    def __init__(self):\n        self.n = 0\n\n"

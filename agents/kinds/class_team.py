@@ -322,6 +322,36 @@ class ClassState(TypedDict):
     turn: int
 
 
+def merge_and_judge(
+    problem: ClassProblem, dealt: list[list[str]], steps: list[MethodStep]
+) -> tuple[Merged, ClassReport]:
+    """Each method's latest version (of the steps, in order) merged into the skeleton by its
+    agent's reply, and the judge's verdict on the class."""
+    latest: dict[str, MethodStep] = {}
+    for step in steps:
+        latest[step.method] = step
+    replies = [
+        "\n".join(s.text for s in latest.values() if s.agent == a) for a in range(len(dealt))
+    ]
+    merged = merge(problem, replies, dealt)
+    return merged, judge_class(problem, merged.program)
+
+
+def recombine_classes(episodes: list[ClassEpisode], pick: tuple[int, ...]) -> ClassEpisode:
+    """The class that agent i's methods of episode pick[i] make together (cross pairing, one
+    turn of the `parallel` team: an agent's methods are written from the skeleton alone, so any
+    agent's sample can go with any teammate's), merged and judged as an episode's are."""
+    first = episodes[pick[0]]
+    if first.shape != "parallel" or first.turns != 1:
+        raise ClassProblemError("only one turn of the parallel class team recombines")
+    steps = [s for agent, g in enumerate(pick) for s in episodes[g].steps if s.agent == agent]
+    merged, verdict = merge_and_judge(first.problem, first.dealt, steps)
+    wall = max(episodes[g].wall_s for g in pick)
+    return ClassEpisode(
+        first.problem, first.shape, first.dealt, steps, merged, verdict, wall, first.max_tokens
+    )
+
+
 def class_graph(team: ClassTeam):
     """The class team as a LangGraph graph. parallel, single, single_incremental: every agent
     at once, each on its own view (START ─Send×n─▶ agent ─▶ merge); sequential_pipeline: agent
@@ -354,16 +384,8 @@ def class_graph(team: ClassTeam):
         return {"steps": _write_methods(team, agent, list(state["steps"]), **later(state))}
 
     def merge_node(state: ClassState) -> dict:
-        latest: dict[str, MethodStep] = {}
-        for step in state["steps"]:
-            latest[step.method] = step
-        replies = [
-            "\n".join(s.text for s in latest.values() if s.agent == a)
-            for a in range(len(team.dealt))
-        ]
-        merged = merge(team.problem, replies, team.dealt)
+        merged, verdict = merge_and_judge(team.problem, team.dealt, state["steps"])
         turn = max(s.turn for s in state["steps"]) if state["steps"] else 0
-        verdict = judge_class(team.problem, merged.program)
         return {"merged": merged, "verdict": verdict, "turn": turn}
 
     def fan_out(state: ClassState) -> list:

@@ -9,9 +9,10 @@ per test class.
   method's signature and docstring) and unittest test classes, one per method (plus, for most, a
   `...TestMain` using several together). `ClassProblem.methods` are the methods the team writes:
   every method but `__init__`, in the skeleton's order.
-- Dealing (`deal`): the methods round the agents in the skeleton's order, so every agent gets at
-  least one and neighbours (which often call each other) go to different agents; a team is never
-  larger than the class's methods.
+- Dealing (`deal`): the methods round the agents in the skeleton's order, then swapped between
+  agents while a swap puts more of the docstring-implied calls between different agents (a
+  teammate's method called as documented is the cooperation); every agent gets at least one, the
+  counts differ by at most one, and a team is never larger than the class's methods.
 - Opening (`opening`): each method's reply is begun with that method exactly as the skeleton
   gives it (its decorators, `def` line and docstring), and nothing more.
 - Merging (`merge`): each agent's reply is parsed; the methods it was dealt replace the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import json
 import textwrap
 from dataclasses import dataclass, field
@@ -186,12 +188,36 @@ def class_node(source: str, name: str) -> ast.ClassDef | None:
 
 
 def deal(problem: ClassProblem, agents: int) -> list[list[str]]:
-    """The methods each agent writes: round the agents in the skeleton's order; a team never
-    larger than the class's methods, every agent at least one."""
+    """The methods each agent writes: round the agents in the skeleton's order, then, while
+    swapping two methods of different agents puts more of the docstring-implied calls
+    (`calls`) between methods of different agents, the first such swap (calling a teammate's
+    method as documented is the cooperation a class asks for). Every agent gets at least one
+    method and the agents' counts differ by at most one; a team is never larger than the
+    class's methods; each agent writes its methods in the skeleton's order."""
     if agents < 1:
         raise ClassProblemError("a team needs at least one agent")
     agents = min(agents, len(problem.methods))
-    return [list(problem.methods[k::agents]) for k in range(agents)]
+    owner = {m: k % agents for k, m in enumerate(problem.methods)}
+    edges = [
+        (m, d) for m in problem.methods for d in problem.calls.get(m, ())
+        if d in owner and d != m
+    ]  # fmt: skip
+
+    def apart() -> int:
+        return sum(owner[a] != owner[b] for a, b in edges)
+
+    best, improved = apart(), bool(edges)
+    while improved:
+        improved = False
+        for a, b in itertools.combinations(problem.methods, 2):
+            if owner[a] == owner[b]:
+                continue
+            owner[a], owner[b] = owner[b], owner[a]
+            if apart() > best:
+                best, improved = apart(), True
+                break
+            owner[a], owner[b] = owner[b], owner[a]
+    return [[m for m in problem.methods if owner[m] == k] for k in range(agents)]
 
 
 def opening(problem: ClassProblem, method: str) -> str:
