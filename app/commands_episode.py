@@ -203,7 +203,7 @@ def class_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from agents.kinds.class_team import class_reward, run_class_episode
+    from agents.kinds.class_team import CLASS_MAX_TOKENS, class_reward, run_class_episode
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
     from learner.class_train import CLASS_WEIGHTS, record_class_episode
@@ -227,6 +227,7 @@ def class_episode(args: argparse.Namespace) -> int:
         def show(event: dict) -> None:
             if event["event"] == "agent_start":
                 print(f"\n── agent {event['agent'] + 1}: {event['method']}", flush=True)
+                print(event["opening"], end="", flush=True)  # the skeleton's head of it
             elif event["event"] == "token":
                 print(event["text"], end="", flush=True)
 
@@ -238,7 +239,7 @@ def class_episode(args: argparse.Namespace) -> int:
                 problem, policy, shape=args.shape, agents=args.agents or 2, adapters=adapters,
                 temperature=0.0 if args.greedy else (args.temperature or 0.8),
                 top_p=1.0 if args.greedy else (args.top_p or 0.95),
-                max_tokens=args.max_tokens or 256, seed=args.seed, turns=args.turns,
+                max_tokens=args.max_tokens or CLASS_MAX_TOKENS, seed=args.seed, turns=args.turns,
                 on_event=None if args.json or args.shape == "parallel" else show,
             )  # fmt: skip
         scored = class_reward(episode, CLASS_WEIGHTS)
@@ -269,6 +270,7 @@ def class_episode(args: argparse.Namespace) -> int:
 
 def class_eval(args: argparse.Namespace, command: str) -> int:
     """`coteam eval --task class`: class teams against one agent (learner/class_eval.py)."""
+    from agents.kinds.class_team import CLASS_MAX_TOKENS
     from agents.serving.policy import PolicyError
     from agents.team.roles import SHAPES
     from learner.class_eval import run_class_eval
@@ -285,7 +287,7 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
             results = run_class_eval(
                 policy, args.out, shapes=shapes, agents=args.agents or 2,
                 split=args.split or "heldout", fold=args.fold, limit=args.limit,
-                samples=args.samples or 1, max_tokens=args.max_tokens or 256,
+                samples=args.samples or 1, max_tokens=args.max_tokens or CLASS_MAX_TOKENS,
                 turns=args.turns or 1, progress=not args.no_progress, command=command,
                 variants=variants,
             )  # fmt: skip

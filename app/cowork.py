@@ -18,12 +18,17 @@ from dataclasses import replace
 
 import gradio as gr
 
+from agents.kinds.class_team import CLASS_SHAPES
 from agents.team.graph import Sampling
 from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES, size_from_setting
 from app.context import AppContext
 from app.cowork_choices import (
     AB,
+    CLASS_SHAPE_LABELS,
+    CLASS_SOURCES,
     CURATED,
+    EXAMPLE_CLASS,
+    EXAMPLE_CLASS_TESTS,
     EXAMPLE_PROBLEM,
     EXAMPLE_SECTIONS,
     EXAMPLE_TESTS,
@@ -32,6 +37,7 @@ from app.cowork_choices import (
     SHAPE_LABELS,
     SOURCES,
     adapter_choices,
+    chosen_class,
     chosen_task,
     problem_choices,
     resolve_adapters,
@@ -41,9 +47,20 @@ from app.cowork_choices import (
     task_preview,
 )
 from app.cowork_results import ResultsArea
-from app.live import LiveEpisode, describe_error, run_live
+from app.live import ClassRun, LiveEpisode, describe_error, run_live
 from learner.episode import EpisodeSetup
 
+# the code boxes of co-code, for one function or a class (True)
+PREVIEW = {False: "The problem", True: "The class: its skeleton (the agents write the methods)"}
+PROMPT = {
+    False: "Your problem: a function signature with a docstring",
+    True: "Your class: a skeleton (imports, the class, its constructor, each method's signature "
+    "and docstring)",
+}
+TESTS = {
+    False: "Your tests (asserts that call the function, or HumanEval's check(candidate)); optional",
+    True: "Your tests: unittest.TestCase classes, one per method as ClassEval writes them",
+}
 EPISODE_SLOTS = 4  # episodes (of all sessions) run at once; the server batches them; more queue
 
 
@@ -88,7 +105,7 @@ class CoworkTab:
             self.preview = gr.Code(
                 task_preview(self.kind, default),
                 language="python",
-                label="The problem",
+                label=PREVIEW[False],
                 interactive=False,
                 visible=True,
                 elem_id=self.id("preview"),
@@ -96,7 +113,7 @@ class CoworkTab:
             self.prompt = gr.Code(
                 EXAMPLE_PROBLEM,
                 language="python",
-                label="Your problem: a function signature with a docstring",
+                label=PROMPT[False],
                 interactive=True,
                 visible=False,
                 elem_id=self.id("prompt"),
@@ -104,7 +121,7 @@ class CoworkTab:
             self.tests = gr.Code(
                 EXAMPLE_TESTS,
                 language="python",
-                label="Your tests (asserts that call the function, or HumanEval's check(candidate)); optional",
+                label=TESTS[False],
                 interactive=True,
                 visible=False,
                 elem_id=self.id("tests"),
@@ -143,7 +160,7 @@ class CoworkTab:
         adapters, and team B's."""
         self.mode = gr.Radio([ONE_TEAM, AB], value=ONE_TEAM, label="Mode", elem_id=self.id("mode"))
         served, why = served_shape(self.kind)
-        gr.Markdown(why, visible=bool(why), elem_id=self.id("served"))
+        self.served = gr.Markdown(why, visible=bool(why), elem_id=self.id("served"))
         self.shape = gr.Dropdown(
             [(SHAPE_LABELS[s], s) for s in SHAPES],
             value=served,
@@ -207,7 +224,7 @@ class CoworkTab:
             "Roles: the agents' instructions (edit them to change how the team works)",
             open=False,
             elem_id=self.id("roles"),
-        ):
+        ) as self.roles_box:
             gr.Markdown(
                 "Braces are filled in per task: `{entry}` the function to write, `{n}` the team "
                 "size, `{helpers}` the helpers' names, `{document}` what is written, `{sections}` "
@@ -235,7 +252,11 @@ class CoworkTab:
     def wire(self) -> None:
         boxes = [self.problem, self.preview, self.prompt]
         boxes += [self.tests if self.code else self.sections, self.max_tokens]
-        self.source.change(self.choose_source, self.source, boxes, show_progress="hidden").then(
+        if self.code:  # one function or a class: the shapes, the served team, the versions
+            boxes += [self.shape, self.shape_b, self.size, self.served, self.roles_box]
+            boxes += [self.adapters, self.adapters_b]
+        inputs = [self.source, self.prompt, self.tests if self.code else self.sections]
+        self.source.change(self.choose_source, inputs, boxes, show_progress="hidden").then(
             self.refresh_roles, self.roles_inputs(), self.roles_outputs(), show_progress="hidden"
         )
         self.problem.change(self.show_problem, self.problem, self.preview, show_progress="hidden")
@@ -288,9 +309,10 @@ class CoworkTab:
     def roles_outputs(self) -> list:
         return [self.role_names, *self.role_texts]
 
-    def choose_source(self, source: str):
+    def choose_source(self, source: str, prompt: str, tests: str):
         """Show the list of curated tasks, or the boxes for one's own; set the tokens per call
-        the source starts with."""
+        the source starts with. On co-code, a class or one function: the shapes, the served
+        team and the versions of that work (a class team's agents have no role prompts)."""
         curated = source in CURATED
         updates = [
             gr.update(
@@ -299,19 +321,53 @@ class CoworkTab:
             gr.update(value="", visible=curated),
             gr.update(visible=not curated),
         ]
-        if self.code:
-            updates.append(gr.update(visible=not curated))
-        else:
+        if not self.code:
             updates.append(gr.update(visible=source == "own_longform"))
-        # a sectioned document starts with tokens enough for every writer's share
+            # a sectioned document starts with tokens enough for every writer's share
+            return updates + [gr.update(value=source_max_tokens(self.kind, source))]
+        klass = source in CLASS_SOURCES
+        examples = {EXAMPLE_PROBLEM, EXAMPLE_CLASS, EXAMPLE_TESTS, EXAMPLE_CLASS_TESTS, ""}
+        mine = {  # the person's own text stays; an example is swapped for the other's
+            "prompt": prompt if prompt.strip() not in {e.strip() for e in examples} else None,
+            "tests": tests if tests.strip() not in {e.strip() for e in examples} else None,
+        }
+        updates[1] = gr.update(value="", visible=curated, label=PREVIEW[klass])
+        updates[2] = gr.update(
+            visible=not curated, label=PROMPT[klass],
+            value=mine["prompt"] or (EXAMPLE_CLASS if klass else EXAMPLE_PROBLEM),
+        )  # fmt: skip
+        updates.append(
+            gr.update(
+                visible=not curated, label=TESTS[klass],
+                value=mine["tests"] or (EXAMPLE_CLASS_TESTS if klass else EXAMPLE_TESTS),
+            )
+        )  # fmt: skip
         updates.append(gr.update(value=source_max_tokens(self.kind, source)))
-        return updates
+        return updates + self.work_updates("class" if klass else "coding")
+
+    def work_updates(self, work: str) -> list:
+        """The shapes, the served shape and why, the roles and the versions of a kind of work
+        ("coding": one function; "class")."""
+        served, why = served_shape(work)
+        labels = CLASS_SHAPE_LABELS if work == "class" else SHAPE_LABELS
+        shapes = [(labels[s], s) for s in (CLASS_SHAPES if work == "class" else SHAPES)]
+        other = "parallel" if served.startswith("single") else "single"
+        choices = adapter_choices(self.ctx, work)
+        return [
+            gr.update(choices=shapes, value=served),
+            gr.update(choices=shapes, value=other),
+            gr.update(interactive=not served.startswith("single")),
+            gr.update(value=why, visible=bool(why)),
+            gr.update(visible=work != "class"),
+            gr.update(choices=choices, value="serving"),
+            gr.update(choices=choices, value="base"),
+        ]
 
     def show_problem(self, problem: str | None):
         return task_preview(self.kind, problem)
 
     def show_size(self, shape: str):
-        return gr.update(interactive=shape != "single")
+        return gr.update(interactive=not shape.startswith("single"))
 
     def choose_mode(self, mode: str):
         ab = mode == AB
@@ -326,6 +382,8 @@ class CoworkTab:
     def refresh_roles(self, source: str, shape: str, size: int, names: list[str], *texts: str):
         """One box per role of the team now chosen; a role kept keeps its edited text."""
         edited = {n: t for n, t in zip(names or [], texts, strict=False) if t}
+        if source in CLASS_SOURCES:  # a class team's agents share one fixed instruction
+            return [names, *[gr.update(visible=False)] * MAX_PANES]
         new = role_layout(self.kind, source, shape, size)
         boxes = []
         for i in range(MAX_PANES):
@@ -342,9 +400,40 @@ class CoworkTab:
                 boxes.append(gr.update(visible=False))
         return [new, *boxes]
 
-    def team_runs(self, form: dict) -> list[EpisodeSetup]:
+    def team_runs(self, form: dict) -> list[EpisodeSetup | ClassRun]:
         """The team(s) the form describes, on its task; raises with what to change."""
         f = form
+        sampling = Sampling(
+            temperature=float(f[self.temperature]),
+            top_p=0.95 if f[self.temperature] > 0 else 1.0,
+            max_tokens=int(f[self.max_tokens]),
+        )
+        teams = [(f[self.shape], f[self.adapters])]
+        if f[self.mode] == AB:
+            teams.append((f[self.shape_b], f[self.adapters_b]))
+        if f[self.source] in CLASS_SOURCES:
+            work = "class"
+            problem = chosen_class(f[self.source], f[self.problem], f[self.prompt], f[self.tests])
+            runs = [
+                ClassRun(problem, shape, int(f[self.size]), int(f[self.turns]), sampling).check()
+                for shape, _ in teams
+            ]
+        else:
+            work = self.kind
+            runs = self.task_runs(f, [shape for shape, _ in teams], sampling)
+        if not self.ctx.client.healthy():
+            raise ConnectionError(
+                f"the model server at {self.ctx.client.base_url} is not answering. Start it "
+                "again (a managed one restarts by itself: a minute or more on a busy CPU) and "
+                "retry; everything already saved is kept"
+            )
+        return [
+            replace(run, adapters=resolve_adapters(self.ctx, adapters, run.agents, work))
+            for run, (_, adapters) in zip(runs, teams, strict=True)
+        ]
+
+    def task_runs(self, f: dict, shapes: list[str], sampling: Sampling) -> list[EpisodeSetup]:
+        """A team of each shape on the form's function or document, with the edited roles."""
         task = chosen_task(
             self.kind,
             f[self.source],
@@ -353,35 +442,18 @@ class CoworkTab:
             f[self.tests],
             f.get(self.sections, ""),  # a form without the box: no sections
         )
-        sampling = Sampling(
-            temperature=float(f[self.temperature]),
-            top_p=0.95 if f[self.temperature] > 0 else 1.0,
-            max_tokens=int(f[self.max_tokens]),
-        )
         edits = {
             name: text
             for name, text in zip(f[self.role_names], [f[t] for t in self.role_texts], strict=False)
             if text and text.strip() and text != PROMPTS.get(name)
         }
-        teams = [(f[self.shape], f[self.adapters])]
-        if f[self.mode] == AB:
-            teams.append((f[self.shape_b], f[self.adapters_b]))
         runs = []
-        for shape, _ in teams:
+        for shape in shapes:
             size = size_from_setting(shape, f[self.size])
             run = EpisodeSetup(task, shape, size, int(f[self.turns]), None, sampling, edits or None)
             run.roles()  # a bad combination is refused before anything runs
             runs.append(run)
-        if not self.ctx.client.healthy():
-            raise ConnectionError(
-                f"the model server at {self.ctx.client.base_url} is not answering. Start it "
-                "again (a managed one restarts by itself: a minute or more on a busy CPU) and "
-                "retry; everything already saved is kept"
-            )
-        return [
-            replace(run, adapters=resolve_adapters(self.ctx, adapters, run.agents, self.kind))
-            for run, (_, adapters) in zip(runs, teams, strict=True)
-        ]
+        return runs
 
     def run(self, form: dict):
         """Run the team (or both A/B teams) and stream every agent's tokens to the page."""

@@ -11,6 +11,15 @@ import textwrap
 from dataclasses import replace
 
 import store
+from agents.kinds.class_team import CLASS_MAX_TOKENS
+from agents.kinds.classes import (
+    ClassProblem,
+    ClassProblemError,
+    class_problem,
+    class_problems,
+    class_splits,
+    user_class_problem,
+)
 from agents.tasks import (
     HUMANEVAL_HELD_OUT,
     MAX_PROMPT_CHARS,
@@ -42,6 +51,14 @@ SHAPE_LABELS = {
     "one_round_discussion": "one-round discussion: draft, then revise (baseline)",
     "scaffolded": "scaffolded: parallel, the helper's call written for the agents (comparison)",
 }
+# a class team's shapes (agents/kinds/class_team.py)
+CLASS_SHAPE_LABELS = {
+    "single": "single agent, each method from the skeleton alone (baseline)",
+    "single_incremental": "single agent, each method seeing those it wrote before (baseline)",
+    "parallel": "parallel: the methods divided, all agents at once (what MAGRPO trains)",
+    "sequential_pipeline": "sequential pipeline: each sees the methods of those before (baseline)",
+    "one_round_discussion": "one-round discussion: drafts, then each revises its own (baseline)",
+}
 SOURCES = {
     "writing": [
         ("Your own request, a section per writer", "own_longform"),
@@ -51,11 +68,14 @@ SOURCES = {
         ("Your own request, free-form parts (introduction, body, …; to compare)", "free"),
     ],
     "coding": [
-        ("A HumanEval problem", "humaneval"),
-        ("Your own problem and tests", "user"),
+        ("A HumanEval problem (one function)", "humaneval"),
+        ("Your own problem and tests (one function)", "user"),
+        ("A ClassEval class: the agents divide its methods", "classeval"),
+        ("Your own class: a skeleton and unittest tests", "own_class"),
     ],
 }
-CURATED = {"humaneval", "xsum", "abstracts", "longform"}
+CURATED = {"humaneval", "xsum", "abstracts", "longform", "classeval"}
+CLASS_SOURCES = {"classeval", "own_class"}
 # shown in the empty sections box: how a person's own sections are written
 EXAMPLE_SECTIONS = """Introduction: what a test is and why it matters
 Costs: the time tests take to write and run
@@ -72,6 +92,60 @@ EXAMPLE_TESTS = """assert count_vowels("Hello World") == 3
 assert count_vowels("") == 0
 assert count_vowels("AEIOU xyz") == 5
 """
+EXAMPLE_CLASS = '''class Inventory:
+    """Items and their counts."""
+
+    def __init__(self):
+        self.items = {}
+
+    def add(self, name, count=1):
+        """Add `count` of `name` (a new name starts at 0)."""
+
+    def remove(self, name, count=1):
+        """Take `count` of `name` away; raise ValueError if there are fewer than `count`."""
+
+    def total(self):
+        """How many items there are, all names together (use `count_of` for each name)."""
+
+    def count_of(self, name):
+        """How many of `name` there are (0 for a name never added)."""
+'''
+EXAMPLE_CLASS_TESTS = """import unittest
+
+
+class InventoryTestAdd(unittest.TestCase):
+    def test_add(self):
+        inventory = Inventory()
+        inventory.add("pen", 2)
+        self.assertEqual(inventory.items, {"pen": 2})
+
+
+class InventoryTestRemove(unittest.TestCase):
+    def test_remove(self):
+        inventory = Inventory()
+        inventory.add("pen", 2)
+        inventory.remove("pen")
+        self.assertEqual(inventory.items["pen"], 1)
+
+    def test_too_many(self):
+        with self.assertRaises(ValueError):
+            Inventory().remove("pen")
+
+
+class InventoryTestTotal(unittest.TestCase):
+    def test_total(self):
+        inventory = Inventory()
+        inventory.add("pen", 2)
+        inventory.add("cup")
+        self.assertEqual(inventory.total(), 3)
+
+
+class InventoryTestCountOf(unittest.TestCase):
+    def test_count_of(self):
+        inventory = Inventory()
+        inventory.add("cup")
+        self.assertEqual((inventory.count_of("cup"), inventory.count_of("pen")), (1, 0))
+"""
 
 
 @functools.cache
@@ -82,6 +156,16 @@ def problem_choices(source: str) -> list[tuple[str, str]]:
         return [
             (f"{t.source_id} · {t.entry_point}" + held_out * (i in HUMANEVAL_HELD_OUT), str(i))
             for i, t in enumerate(humaneval_tasks())
+        ]
+    if source == "classeval":
+        held_out = {p.task_id for p in class_splits()["held_out"]}
+        return [
+            (
+                f"{p.task_id} · {p.class_name} · {len(p.methods)} methods"
+                + " (held out)" * (p.task_id in held_out),
+                p.task_id,
+            )
+            for p in class_problems()
         ]
     if source == "longform":
         return [
@@ -129,8 +213,32 @@ def chosen_task(
     return replace(task, source_id=f"sha256:{digest[:16]}")
 
 
+def chosen_class(source: str, problem: str | None, skeleton: str, tests: str) -> ClassProblem:
+    """The class the form describes (a curated one, or a person's skeleton and unittest tests);
+    raises ClassProblemError with what to change."""
+    if source == "classeval":
+        if not problem:
+            raise ClassProblemError("pick a class from the list first")
+        return class_problem(problem)
+    if not (skeleton or "").strip():
+        raise ClassProblemError(
+            "the skeleton is empty: paste a class with its methods' signatures and docstrings"
+        )
+    if not (tests or "").strip():
+        raise ClassProblemError("a class needs its tests: paste unittest.TestCase classes")
+    for what, text in (("skeleton", skeleton), ("tests", tests)):
+        if len(text) > MAX_PROMPT_CHARS:
+            raise ClassProblemError(
+                f"the {what} has {len(text):,} characters; the limit is {MAX_PROMPT_CHARS:,}"
+            )
+    return user_class_problem(skeleton, tests)
+
+
 def source_max_tokens(kind: str, source: str) -> int:
-    """The tokens per agent call a task source starts with (`default_max_tokens` of its form)."""
+    """The tokens per agent call a task source starts with (`default_max_tokens` of its form;
+    a class's: each method's budget, as the class evaluation gives it)."""
+    if source in CLASS_SOURCES:
+        return CLASS_MAX_TOKENS
     return default_max_tokens("longform" if source in ("longform", "own_longform") else kind)
 
 
@@ -138,6 +246,8 @@ def task_preview(kind: str, problem: str | None) -> str:
     """The text of a curated task, to read before running it."""
     if not problem:
         return ""
+    if problem.startswith("ClassEval_"):
+        return class_problem(problem).skeleton
     try:
         return find_task(kind, problem=problem).prompt
     except TaskError as e:
@@ -205,28 +315,31 @@ def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str
 
 
 def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, str]:
-    """The shape the page serves by default for a kind of work, and why, in words with the figure.
-    Co-code serves the shipped team only where its card's held-out figures show it passes at least
-    as many problems as one agent (the same start, budget and judge), else one agent; without
-    such figures, one agent. Co-write serves its team (no held-out comparison decides it yet)."""
-    if kind != "coding":
+    """The shape the page serves by default for a kind of work ("coding": one function,
+    "class"), and why, in words with the figure. A team is served only where the card's
+    held-out figures show it passes at least as much as one agent (the same start, budget and
+    judge; one agent's better form), else one agent in that form; without such figures, one
+    agent. Co-write serves its team (no held-out comparison decides it yet)."""
+    if kind not in ("coding", "class"):
         return "parallel", ""
     try:
-        figures = json.loads(card_path.read_text(encoding="utf-8"))["held_out"]["coding"]
+        figures = json.loads(card_path.read_text(encoding="utf-8"))["held_out"][kind]
         team, single = figures["team"]["pass_at_1"], figures["single"]["pass_at_1"]
+        name = figures["team"].get("name", f"the shipped team of {figures['team']['agents']}")
+        solo = figures["single"].get("shape", "single")
+        unit = figures.get("unit", "problems")
         where = f"{figures['problems']} ({figures['judge']}; {figures['source']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "single", (
-            "Served by default: **one agent**. The shipped team has no held-out figures against "
-            "one agent yet; choose a team shape to run it."
+            "Served by default: **one agent**. The team has no held-out figures against one "
+            "agent yet; choose a team shape to run it."
         )
     if team >= single:
         return "parallel", (
-            f"Served by default: **the shipped team of {figures['team']['agents']}**: held out it "
-            f"passes {team:.3f} of the problems, one agent {single:.3f}, on {where}."
+            f"Served by default: **{name}**: held out it passes {team:.3f} of the {unit}, one "
+            f"agent {single:.3f}, on {where}."
         )
-    return "single", (
-        f"Served by default: **one agent**, which passes {single:.3f} of held-out problems where "
-        f"the shipped team of {figures['team']['agents']} passes {team:.3f}, on {where}. "
-        "The team is one choice away: pick a team shape."
+    return solo, (
+        f"Served by default: **one agent**, which passes {single:.3f} of held-out {unit} where "
+        f"{name} passes {team:.3f}, on {where}. The team is one choice away: pick a team shape."
     )

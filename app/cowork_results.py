@@ -17,7 +17,7 @@ from agents.team.combine import extract_code
 from app import rating
 from app.context import AppContext
 from app.cowork_choices import MAX_PANES
-from app.live import LiveEpisode
+from app.live import LiveClass, LiveEpisode
 from app.ratings_panel import answered_by
 from learner.episode import EpisodeSetup
 
@@ -29,8 +29,11 @@ def display_code(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not re.match(r"^\s*```", line))
 
 
-def tests_markdown(episode: LiveEpisode) -> str:
-    """Which test asserts passed, with the messages of those that did not."""
+def tests_markdown(episode: LiveEpisode | LiveClass) -> str:
+    """Which test asserts passed, with the messages of those that did not; for a class, which
+    test classes passed, whose methods they test and how the reward was made."""
+    if isinstance(episode, LiveClass):
+        return class_markdown(episode)
     task = episode.run.task
     if not task.tests:
         return (
@@ -42,11 +45,92 @@ def tests_markdown(episode: LiveEpisode) -> str:
     return report_markdown(episode.tests, "Tests")
 
 
+def class_markdown(episode: LiveClass) -> str:
+    """A class episode's verdict: each test class, the method it tests, who wrote it, its tests
+    passed and its first failure; what the environment wrote; the reward, a line a part."""
+    result = episode.result
+    if result is None:
+        return "Tests: not run (the episode did not finish)."
+    owner = {m: a for a, methods in enumerate(result.dealt) for m in methods}
+    lines = [class_report_markdown(result.problem, result.verdict, owner, "Tests")]
+    lines.append(
+        "Each method was begun with the skeleton's head of it (decorators, `def` line, "
+        "docstring): CoTeam wrote those, the agents the bodies."
+    )
+    for agent, name in result.merged.dropped:
+        lines.append(f"- agent {agent + 1} also wrote `{name}`, not dealt to it: dropped")
+    for name in result.merged.missing:
+        lines.append(f"- `{name}` was not written: the skeleton's stub stays")
+    if episode.reward is not None:
+        lines.append(reward_markdown(episode.reward))
+    return "\n\n".join(lines)
+
+
+def reward_markdown(scored: dict) -> str:
+    """The class reward and its parts, a line each, with their weights (learner/class_train.py
+    `CLASS_WEIGHTS`; a part that does not apply is left out and the others share its weight)."""
+    from learner.class_train import CLASS_WEIGHTS
+
+    words = {
+        "tests": "share of the test classes passed",
+        "whole_class": "the whole class passed",
+        "coordination": "methods that call a teammate's method as their docstring implies, "
+        "and pass",
+        "speed": "the budget left on the critical path (the agent that wrote most), times the "
+        "tests' share",
+    }
+    used = {k: getattr(CLASS_WEIGHTS, k) for k in words if scored.get(k) is not None}
+    total = sum(used.values())
+    rows = [f"**Reward {scored['reward']:.2f}**, the weighted mean of:"]
+    rows += [f"- {used[k] / total:.2f} × {scored[k]:.2f}: {words[k]}" for k in used]
+    return "\n".join(rows)
+
+
+def class_report_markdown(problem, verdict, owner: dict, title: str) -> str:
+    """The judge's verdict on a class as a table (ClassEval's count: a test class passes when
+    all its tests do)."""
+    head = (
+        f"**{title}: {verdict.classes_passed} of {len(verdict.test_classes)} test classes passed**"
+    )
+    if verdict.report.error:
+        head += f" — {verdict.report.error}"
+    rows = [
+        "| | test class | method | written by | tests | first failure |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, (passed, total) in verdict.test_classes.items():
+        method = problem.test_classes.get(name)
+        who = f"agent {owner[method] + 1}" if method in owner else "several together"
+        failure = next(
+            (
+                r.message or ""
+                for r in verdict.report.results
+                if r.test_class == name and not r.passed
+            ),
+            "",
+        )
+        failure = textwrap.shorten(failure.replace("|", "\\|").replace("\n", " "), 120)
+        rows.append(
+            f"| {'✓' if passed == total else '✗'} | {name} | {f'`{method}`' if method else '–'} "
+            f"| {who} | {passed}/{total} | {failure} |"
+        )
+    return head + "\n\n" + "\n".join(rows)
+
+
 def edited_tests_markdown(ctx: AppContext, episode_id: int, edited: str) -> str:
     """The person's edited module against the episode's tests, through the runner the team, the
-    learner and `coteam check` use: "7 of 7 passed" means the same in all four places."""
+    learner and `coteam check` use: "7 of 7 passed" means the same in all four places; an
+    edited class through the class judge."""
     with store.open_db(ctx.db_path) as db:
-        metadata = store.get_episode(db, episode_id)["task"]["metadata"]
+        task = store.get_episode(db, episode_id)["task"]
+    metadata = task["metadata"]
+    if task["kind"] == "class":
+        from agents.kinds.classes import judge_class
+        from learner.class_train import class_problem_of
+
+        problem = class_problem_of(task)
+        verdict = judge_class(problem, extract_code(edited))
+        return class_report_markdown(problem, verdict, {}, "Your version")
     if not metadata.get("tests"):
         return "No tests for this problem: your version is saved unchecked."
     report = run_tests(
@@ -83,7 +167,7 @@ def turn_log(episode: LiveEpisode) -> str:
         if not verdict["done"]:
             for pane, note in zip(episode.panes, verdict["feedback"], strict=False):
                 if note:
-                    lines.append(f"- feedback to {pane.role.title}: {note.replace(chr(10), ' ')}")
+                    lines.append(f"- feedback to {pane.title}: {note.replace(chr(10), ' ')}")
     return "\n".join(lines)
 
 
@@ -279,7 +363,7 @@ class ResultsArea:
         for i, pane in enumerate(episode.panes):
             adapter = pane.adapter or "base model"
             state = " · writing…" if pane.writing else ""
-            label = f"Agent {i + 1} · {pane.role.title} · {adapter} · {pane.tokens} tokens{state}"
+            label = f"Agent {i + 1} · {pane.title} · {adapter} · {pane.tokens} tokens{state}"
             text = display_code(pane.text) if self.code else pane.text
             updates[self.panes[i]] = gr.update(value=text, label=label)
         if episode.output:
@@ -312,7 +396,7 @@ class ResultsArea:
                 updates[view] = episode.output
             else:  # while it runs: every agent's text so far, one after another
                 updates[view] = "\n\n".join(
-                    f"{'# ' if self.code else ''}[{p.role.title}]\n{display_code(p.text) if self.code else p.text}"
+                    f"{'# ' if self.code else ''}[{p.title}]\n{display_code(p.text) if self.code else p.text}"
                     for p in episode.panes
                 )
         if all(e.finished for e in episodes):

@@ -16,14 +16,16 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import store
 from agents.judge.testrun import TestReport
+from agents.kinds.class_team import CLASS_SHAPES, ClassEpisode, class_reward, run_class_episode
+from agents.kinds.classes import ClassProblem, ClassProblemError, deal
 from agents.serving.policy import PolicyError
 from agents.tasks import TaskError
-from agents.team.graph import Policy
+from agents.team.graph import Policy, Sampling
 from agents.team.result import EpisodeResult
 from agents.team.roles import Role, token_share
 from learner.episode import EpisodeSetup, ScoringError, play
@@ -54,6 +56,10 @@ class Pane:
     @property
     def tokens(self) -> int:
         return self.done_tokens + self.live_tokens
+
+    @property
+    def title(self) -> str:
+        return self.role.title
 
 
 @dataclass
@@ -184,6 +190,185 @@ def _agents(indices: list[int]) -> str:
     return f"agent{'s' * (len(indices) > 1)} {', '.join(str(i + 1) for i in indices)}"
 
 
+# -- class episodes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassRun:
+    """A class team as the form describes it: the class, the shape, how many agents, their
+    adapters (None: the base model), the turns and how they sample (agents/kinds/class_team.py)."""
+
+    problem: ClassProblem
+    shape: str
+    agents: int
+    turns: int = 1
+    sampling: Sampling = field(default_factory=Sampling)
+    adapters: tuple[str | None, ...] = ()
+
+    def check(self) -> ClassRun:
+        """The run as it will be played, its team no larger than the class's methods; raises
+        with what to change."""
+        if self.shape not in CLASS_SHAPES:
+            raise ClassProblemError(
+                f"{self.shape!r} is not a class team's shape: pick one of {', '.join(CLASS_SHAPES)}"
+            )
+        if self.shape == "one_round_discussion" and self.turns != 1:
+            raise ClassProblemError("a one-round discussion is one turn: set “Turns at most” to 1")
+        size = 1 if self.shape.startswith("single") else min(self.agents, len(self.problem.methods))
+        return replace(self, agents=size)
+
+    @property
+    def dealt(self) -> list[list[str]]:
+        return deal(self.problem, self.agents)
+
+    def adapter_names(self) -> list[str | None]:
+        return (list(self.adapters) + [None] * self.agents)[: self.agents]
+
+
+@dataclass
+class ClassPane:
+    """One agent of a class team: the methods dealt to it, what it has written so far (each
+    method begun with the skeleton's head of it, which is the environment's, not the agent's)."""
+
+    methods: list[str]
+    adapter: str | None
+    text: str = ""
+    writing: bool = False
+    tokens: int = 0  # the agent's own tokens (the heads are not counted)
+    feedback: str = ""
+    turn: int = 0
+
+    @property
+    def title(self) -> str:
+        return f"writes {', '.join(self.methods)}"
+
+
+@dataclass
+class LiveClass:
+    """A class team's episode as far as it has got (the page's view, as `LiveEpisode` for one
+    function or a document)."""
+
+    run: ClassRun
+    panes: list[ClassPane]
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+    episode_id: int | None = None
+    turn: int = 0
+    output: str = ""
+    verdicts: list[dict] = field(default_factory=list)
+    result: ClassEpisode | None = None
+    reward: dict | None = None
+    error: str | None = None
+    note: str | None = None
+    finished: bool = False
+
+    @classmethod
+    def start(cls, run: ClassRun) -> LiveClass:
+        panes = zip(run.dealt, run.adapter_names(), strict=True)
+        return cls(run, [ClassPane(methods, adapter) for methods, adapter in panes])
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.panes)
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def success(self) -> bool | None:
+        return self.verdicts[-1]["success"] if self.verdicts else None
+
+    def apply(self, event: dict) -> None:
+        kind = event["event"]
+        pane = self.panes[event["agent"]] if "agent" in event else None
+        if kind == "agent_start":
+            if event["turn"] > pane.turn:  # a later turn: its methods written again, below
+                pane.text += f"\n# ── turn {event['turn'] + 1}\n"
+                pane.turn = event["turn"]
+            pane.text += ("\n" if pane.text else "") + event["opening"]
+            pane.writing = True
+        elif kind == "token":
+            pane.text += event["text"]
+            pane.tokens += 1
+        elif kind == "turn_end":
+            self.turn = event["turn"] + 1
+            notes = [
+                f"its {', '.join(failing)} failed their tests: it writes them again"
+                if failing and not event["done"] else ""
+                for failing in event["failing"]
+            ]  # fmt: skip
+            self.verdicts.append({**event, "feedback": notes})
+            for pane, note in zip(self.panes, notes, strict=False):
+                pane.writing, pane.feedback = False, note
+        elif kind == "episode_end":
+            self.result = event["episode"]
+            self.output = self.result.output
+            self.ended = time.monotonic()
+            for pane, tokens in zip(self.panes, self.result.agent_tokens, strict=True):
+                pane.tokens, pane.writing = tokens, False
+        elif kind == "scored":
+            self.reward, self.episode_id = event["reward"], event["episode_id"]
+        elif kind == "failed":
+            self.error = event["error"]
+            self.ended = self.ended or time.monotonic()
+        elif kind == "closed":
+            self.finished = True
+            self.ended = self.ended or time.monotonic()
+
+    def status(self) -> str:
+        """One line for the page: where the episode is; at the end, the verdict in the words
+        of every other episode ("passed": every test class of the class passed), the critical
+        path and the reward."""
+        who = f"episode {self.episode_id}" if self.episode_id else "class episode"
+        team = f"{self.run.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        cost = f"{self.seconds:.1f} s · {self.tokens} tokens ({rate:.0f} tok/s)"
+        if self.error:
+            return f"✗ {who} failed after {cost}: {self.error}"
+        if self.result is None:
+            return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
+        verdict = self.result.verdict
+        passed = "passed" if self.result.success else "not passed"
+        mark = "✓" if self.result.success else "⚠"
+        turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
+        parts = [
+            f"{mark} {EPISODE_STATES['ok']}, {passed}: {who} ({team}) · {turns} · {cost}",
+            f"test classes {verdict.classes_passed}/{len(verdict.test_classes)} passed",
+            f"critical path {self.result.critical_path_tokens} tokens",
+        ]
+        if self.reward is not None:
+            parts.append(f"reward {self.reward['reward']:.2f}")
+        elif not self.finished:
+            parts.append("scoring…")
+        if self.note:
+            parts.append(self.note)
+        return " · ".join(parts)
+
+
+def play_class_live(run: ClassRun, policy: Policy, db_path, put) -> None:
+    """A class episode for the page: played with its events on the queue, then scored by the
+    one class reward and recorded (learner/class_train.py)."""
+    from learner.class_train import CLASS_WEIGHTS, record_class_episode
+
+    sampling = run.sampling
+    episode = run_class_episode(
+        run.problem, policy, shape=run.shape, agents=run.agents, adapters=run.adapter_names(),
+        temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+        seed=sampling.seed, turns=run.turns, on_event=put,
+    )  # fmt: skip
+    put({"event": "episode_end", "episode": episode})
+    scored = class_reward(episode, CLASS_WEIGHTS)
+    episode_id = record_class_episode(
+        db_path, episode, scored, run.adapter_names(), None, 0, sampling
+    )
+    put({"event": "scored", "reward": scored, "episode_id": episode_id})
+
+
+def start_view(run: EpisodeSetup | ClassRun) -> LiveEpisode | LiveClass:
+    return LiveClass.start(run) if isinstance(run, ClassRun) else LiveEpisode.start(run)
+
+
 def run_live(
     runs: list[EpisodeSetup],
     policy: Policy,
@@ -192,7 +377,7 @@ def run_live(
 ) -> Iterator[list[LiveEpisode]]:
     """Run each team's episode in its own thread (all at once, so the server batches them) and
     yield their views as they change, at most every `interval` seconds, and once at the end."""
-    episodes = [LiveEpisode.start(run) for run in runs]  # bad settings raise here, in the caller
+    episodes = [start_view(run) for run in runs]  # bad settings raise here, in the caller
     events: queue.Queue = queue.Queue()
     for index, run in enumerate(runs):
         threading.Thread(
@@ -225,6 +410,9 @@ def _run_one(
         events.put((index, event))
 
     try:
+        if isinstance(run, ClassRun):
+            play_class_live(run, policy, db_path, put)
+            return
         # a coding task's tests run in the sandbox each turn; the score is recorded beside it
         [played] = play(run, policy, db=db_path, on_event=put)
         scored = played.scored

@@ -31,7 +31,7 @@ from agents.kinds.class_team import (
     recombine_classes,
     run_class_episode,
 )
-from agents.kinds.classes import ClassProblem, class_splits
+from agents.kinds.classes import ClassProblem, class_problem, class_splits, user_class_problem
 from learner.config import CROSS_WORKERS
 from store.adapters import recorded_version
 
@@ -126,7 +126,11 @@ def record_class_episode(
             db, "class", problem.skeleton,
             source="classeval" if problem.task_id.startswith("ClassEval_") else "user",
             source_id=problem.task_id if problem.task_id.startswith("ClassEval_") else None,
-            metadata={"class_name": problem.class_name, "methods": list(problem.methods)},
+            metadata={
+                "class_name": problem.class_name, "methods": list(problem.methods),
+                # a person's own class keeps its tests: an edit of it is judged again
+                **({} if problem.task_id.startswith("ClassEval_") else {"tests": problem.tests}),
+            },
         )  # fmt: skip
         names = (list(adapters) + [None] * len(episode.dealt))[: len(episode.dealt)]
         versions = [recorded_version(name) for name in names]
@@ -158,6 +162,14 @@ def record_class_episode(
         weights["tests"] = CLASS_WEIGHTS.tests
         store.record_rewards(db, episode_id, reward_parts(scored), scored["reward"], weights)
     return episode_id
+
+
+def class_problem_of(task: dict) -> ClassProblem:
+    """The class a stored class task was made from (as `record_class_episode` keeps it): a
+    vendored class by its id, a person's own from its skeleton and tests."""
+    if task["source_id"] and task["source_id"].startswith("ClassEval_"):
+        return class_problem(task["source_id"])
+    return user_class_problem(task["prompt"], task["metadata"].get("tests", ""))
 
 
 def class_paired_scores(

@@ -636,3 +636,68 @@ def test_co_code_serves_one_agent_unless_held_out_figures_show_the_team_is_as_go
     card.write_text(json.dumps({"versions": {}}))  # a team shipped without held-out figures
     assert served_shape("coding", card)[0] == "single"
     assert served_shape("writing") == ("parallel", "")
+
+
+def class_reply(request) -> str:
+    """Each method of a vendored class as its canonical solution has it (graph logic only)."""
+    from tests.test_classes import ScriptedClasses
+
+    global _CLASSES
+    _CLASSES = globals().get("_CLASSES") or ScriptedClasses()
+    [completion] = _CLASSES.generate([request])
+    return completion.text
+
+
+def test_co_code_offers_classes_and_runs_a_class_team_with_a_verdict_per_test_class(tmp_path):
+    from app.cowork_choices import CLASS_SHAPE_LABELS, EXAMPLE_CLASS, EXAMPLE_CLASS_TESTS
+
+    ctx = AppContext(FakeClient(class_reply), db_path=tmp_path / "coteam.db")
+    tab = built(ctx, CoworkTab(ctx, "coding"))
+    view = tab.results
+    # choosing a class: the classes to pick, the class shapes, the served one and why, no roles
+    [problem, preview, prompt, tests, tokens, shape, shape_b, size, served, roles, *versions] = (
+        tab.choose_source("classeval", "", "")
+    )
+    assert ("ClassEval_0 · AccessGatewayFilter · 4 methods (held out)", "ClassEval_0") in problem[
+        "choices"
+    ]
+    assert [value for _, value in shape["choices"]] == list(CLASS_SHAPE_LABELS)
+    assert shape["value"] == "single_incremental"  # one agent is ahead on the card's figures
+    assert "0.249" in served["value"] and "0.246" in served["value"]
+    assert roles["visible"] is False and tokens["value"] == 256
+    assert "serving class versions" in versions[0]["choices"][0][0]
+    # your own class: the example class and its tests fill the boxes
+    own = tab.choose_source("own_class", "", "")
+    assert own[2]["value"] == EXAMPLE_CLASS and own[3]["value"] == EXAMPLE_CLASS_TESTS
+    mine = tab.choose_source("own_class", "class Mine:\n    pass\n", "")
+    assert mine[2]["value"].startswith("class Mine")  # a person's own text is kept
+
+    page = last(tab.run(form(tab, source="classeval", problem="ClassEval_4", max_tokens=256)))
+    episode_id = page[view.episode_id]
+    assert isinstance(episode_id, int), page[view.status]
+    assert "✓ finished, passed" in page[view.status] and "test classes 7/7" in page[view.status]
+    assert "writes " in page[view.panes[0]]["label"] and "def " in page[view.panes[0]]["value"]
+    assert "class AssessmentSystem" in page[view.result]
+    table = page[view.tests_view]
+    assert "7 of 7 test classes passed" in table and "| agent 2 |" in table
+    assert "CoTeam wrote those" in table and "**Reward" in table
+    assert page[view.rating_panel]["visible"] is True
+    with store.open_db(ctx.db_path) as db:
+        stored = store.get_episode(db, episode_id)
+    assert stored["task"]["kind"] == "class" and stored["shape"] == "class_parallel"
+    assert stored["task"]["source_id"] == "ClassEval_4" and stored["reward"] is not None
+    # an edit is judged by the class judge
+    broken = page[view.result].replace("return top_student", "return None")
+    judged = view.rate_edit(episode_id, broken, None)
+    assert re.search(r"Your version: [0-6] of 7 test classes passed", judged), judged
+
+    # a person's own class, and what the form refuses before anything runs
+    for values, message in (
+        (dict(source="own_class", prompt=EXAMPLE_CLASS, tests=""), "needs its tests"),
+        (dict(source="own_class", prompt="", tests="x"), "the skeleton is empty"),
+        (dict(source="classeval", problem="ClassEval_4", turns=2, shape="one_round_discussion"),
+         "one turn"),
+        (dict(source="classeval", problem="ClassEval_4", shape="naive_concat"), "not a class"),
+    ):  # fmt: skip
+        status = last(tab.run(form(tab, **values)))[view.status]
+        assert message in status, status

@@ -50,6 +50,7 @@ ASK = (
     "Write the method `{method}` of `{class_name}`. Use the other methods of the class where "
     "its docstring calls for them. Reply with the method only."
 )
+CLASS_MAX_TOKENS = 256  # each method's reply, unless a person or a run says otherwise
 # characters of a method's view (skeleton, methods already written, opening): with the reply's
 # budget, within the 0.5B model's 2,048-token window (about 3.3 characters a token of code)
 PROMPT_CHARS = 5800
@@ -82,7 +83,7 @@ class ClassTeam:
     policy: object  # anything with `generate(requests, on_token) -> completions`
     temperature: float = 0.0
     top_p: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int = CLASS_MAX_TOKENS
     seed: int | None = None
     turns: int = 1
     logprobs: bool = False  # keep each call's token ids and sampling log-probs (the learner)
@@ -115,7 +116,7 @@ class ClassEpisode:
     merged: Merged
     verdict: ClassReport
     wall_s: float
-    max_tokens: int = 256  # each method's budget
+    max_tokens: int = CLASS_MAX_TOKENS  # each method's budget
 
     @property
     def success(self) -> bool:
@@ -287,8 +288,16 @@ def _write_methods(
             seen = [s for s in before if s.turn == turn]
         messages = method_messages(team, agent, method, seen, note, merged)
         begun = messages[-1]["content"]
-        write({"event": "agent_start", "agent": agent, "method": method, "turn": turn})
-        write({"event": "token", "agent": agent, "text": begun})
+        # the opening is the environment's (the skeleton's head of the method), not a token
+        write(
+            {
+                "event": "agent_start",
+                "agent": agent,
+                "method": method,
+                "turn": turn,
+                "opening": begun,
+            }
+        )
         request = Request(
             messages=messages,
             adapter=team.adapters[agent],
@@ -384,8 +393,21 @@ def class_graph(team: ClassTeam):
         return {"steps": _write_methods(team, agent, list(state["steps"]), **later(state))}
 
     def merge_node(state: ClassState) -> dict:
+        from langgraph.config import get_stream_writer
+
         merged, verdict = merge_and_judge(team.problem, team.dealt, state["steps"])
         turn = max(s.turn for s in state["steps"]) if state["steps"] else 0
+        done = verdict.all_passed or turn + 1 >= (2 if discussion else team.turns)
+        written = {s.agent for s in state["steps"] if s.turn == turn}
+        get_stream_writer()(
+            {
+                "event": "turn_end", "turn": turn, "success": verdict.all_passed, "done": done,
+                "revision": discussion and turn == 0, "failing": [
+                    _failing(team, a, verdict) if a in written else []
+                    for a in range(len(team.dealt))
+                ],
+            }
+        )  # fmt: skip
         return {"merged": merged, "verdict": verdict, "turn": turn}
 
     def fan_out(state: ClassState) -> list:
@@ -427,7 +449,7 @@ def run_class_episode(
     adapters: list[str | None] | None = None,
     temperature: float = 0.0,
     top_p: float = 1.0,
-    max_tokens: int = 256,
+    max_tokens: int = CLASS_MAX_TOKENS,
     seed: int | None = None,
     turns: int = 1,
     on_event=None,
