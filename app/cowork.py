@@ -1,9 +1,11 @@
 """The co-write and co-code tabs: one builder, `CoworkTab(ctx, kind)`, for both kinds of task.
 
 A person picks a task (a curated one, or their own prompt; for code, their own problem and
-tests), a team (size 2-4, shape, turns, adapter version, editable role prompts) and runs it. One
-pane per agent streams its tokens; then comes the combined result (editable, and saved as the
-preferred output on request), the test results for code, and the rating panel. The A/B mode runs
+tests, or a class: a ClassEval one or their own skeleton and unittest tests), a team (size 2-4,
+shape, turns, adapter version, editable role prompts; a class team's agents have none) and runs
+it. One pane per agent streams its tokens; then comes the combined result (editable, and saved
+as the preferred output on request), the test results for code (for a class, per test class),
+and the rating panel. The A/B mode runs
 two teams on the same task side by side and asks which result is better.
 
 Event functions are methods named after the event; each reads its inputs, calls `agents/`,

@@ -12,6 +12,7 @@ import textwrap
 import gradio as gr
 
 import store
+from agents.kinds.class_team import CLASS_SHAPES
 from agents.team.roles import SHAPES
 from app.context import AppContext
 from app.cowork_results import display_code
@@ -154,7 +155,8 @@ def fenced(text: str, language: str = "") -> str:
 def episode_markdown(episode: dict) -> str:
     """Everything about one episode, as Markdown (observations folded away)."""
     task, kind = episode["task"], episode["task"]["kind"]
-    language = "python" if kind == "coding" else ""
+    code = kind in ("coding", "class")
+    language = "python" if code else ""
     rounds = 2 if episode["shape"] == "one_round_discussion" else 1
     source = task["source"] + (f" {task['source_id']}" if task.get("source_id") else "")
     lines = [
@@ -190,7 +192,7 @@ def episode_markdown(episode: dict) -> str:
             + "\n\n</details>\n"
         )
         # an agent's code without its own ``` fence lines (inside ours they would show as text)
-        text = display_code(turn["completion"]) if kind == "coding" else turn["completion"]
+        text = display_code(turn["completion"]) if code else turn["completion"]
         lines.append(fenced(text, language))
     lines += ["#### Result", fenced(episode["final_output"] or "(none)", language)]
     if episode["rewards"]:
@@ -209,6 +211,10 @@ def observation_markdown(observation: str) -> str:
         messages = json.loads(observation)
     except json.JSONDecodeError:
         return fenced(observation)
+    if not all(isinstance(m, dict) for m in messages):  # a class agent's: the methods it wrote
+        methods = ", ".join(f"`{m}`" for m in messages)
+        return f"Its methods {methods}, each written seeing the class's skeleton (and what the "
+        "shape shows of the others' methods) and begun with its head from the skeleton"
     return "\n\n".join(
         f"**{m.get('role', '?')}**\n\n{fenced(m.get('content', ''))}" for m in messages
     )
@@ -243,10 +249,16 @@ class HistoryTab:
     def build(self) -> None:
         with gr.Row():
             self.kind = gr.Dropdown(
-                ["any", "coding", "writing"], value="any", label="Task kind", elem_id="history-kind"
+                ["any", "coding", "class", "writing"],
+                value="any",
+                label="Task kind",
+                elem_id="history-kind",
             )
             self.shape = gr.Dropdown(
-                ["any", *SHAPES], value="any", label="Shape", elem_id="history-shape"
+                ["any", *SHAPES, *[f"class_{s}" for s in CLASS_SHAPES]],
+                value="any",
+                label="Shape",
+                elem_id="history-shape",
             )
             self.rated = gr.Dropdown(
                 list(RATING_FILTERS), value="any", label="Rating", elem_id="history-rated"

@@ -7,6 +7,11 @@ yields the list whenever something changed, at most every `interval` seconds. A 
 tests run in the sandbox each turn, and the same thread scores the episode, so the page stays
 responsive. The store records the episode as it runs: a page closed mid-episode loses nothing,
 the thread finishes and the episode is there in the history.
+
+A class (a `ClassRun`: the class team of agents/kinds/class_team.py) plays the same way with its
+own view, `LiveClass`: a pane per agent with the methods dealt to it, each begun with the
+skeleton's head of it (the environment's, not counted as the agent's tokens); the class is judged
+per test class, then scored by the one class reward and recorded (learner/class_train.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import store
 from agents.serving.models import model_provenance
 from agents.serving.server import free_port
 from agents.tasks import DEFAULT_OUTLINE
-from app.cowork_choices import SHAPE_LABELS
+from app.cowork_choices import CLASS_SHAPE_LABELS, SHAPE_LABELS
 from learner.registry import CARD, SHIPPED
 from tests.conftest import adapters_as_found
 
@@ -307,6 +307,48 @@ def test_history_offers_two_stored_answers_to_rate_and_records_the_vote(app, pag
     assert vote["other_episode_id"] == answers[1]
     assert vote["rater"].startswith("ip:")  # the server's identity for the browser
     expect(page.locator("#rate-task")).not_to_contain_text(f"Task #{task}")  # the next pair
+
+
+def test_co_code_runs_a_class_its_methods_divided_and_history_keeps_it(app, page):
+    open_tab(page, "Co-code")
+    page.locator("#cocode-source label", has_text="A ClassEval class").click()
+    # one agent is served for classes by the card's figures, and says so; the team one choice away
+    expect(page.locator("#cocode-served")).to_contain_text("0.249")
+    expect(page.locator("#cocode-roles")).to_be_hidden()  # one fixed instruction for every agent
+    page.locator("#cocode-problem input").fill("Interpolation")
+    page.get_by_role("option", name=re.compile("ClassEval_46 · Interpolation")).click()
+    expect(page.locator("#cocode-preview .cm-content")).to_contain_text("class Interpolation")
+    page.locator("#cocode-shape input").click()
+    page.get_by_role("option", name=CLASS_SHAPE_LABELS["parallel"]).click()
+    expect(page.locator("#cocode-max-tokens input[type=number]")).to_have_value("256")
+    set_number(page, "cocode-temperature", 0)
+    page.locator("#cocode-run").click()
+    status = wait_for_episode(page, "cocode")
+    assert "✗" not in status and "test classes" in status, status
+    episode_id = episode_id_in(status)
+    expect(page.locator("#cocode-pane-0")).to_contain_text("writes interpolate_1d")
+    expect(page.locator("#cocode-pane-1")).to_contain_text("writes interpolate_2d")
+    assert "def interpolate_2d" in code_text(page, "cocode-pane-1")
+    assert "class Interpolation" in code_text(page, "cocode-result")
+    tests_view = page.locator("#cocode-tests-view")
+    expect(tests_view).to_contain_text(re.compile(r"Tests: \d of \d test classes passed"))
+    expect(tests_view).to_contain_text("written by")
+    expect(tests_view).to_contain_text("CoTeam wrote those")
+    page.locator("#cocode-result-up").click()
+    expect(page.locator("#cocode-rating-status")).to_contain_text("thumbs up on the result")
+    screenshot(page, "co-code-class")
+    with store.open_db(app.db) as db:
+        episode = store.get_episode(db, episode_id)
+    assert episode["task"]["kind"] == "class" and episode["task"]["source_id"] == "ClassEval_46"
+    assert episode["shape"] == "class_parallel" and len(episode["turns"]) == 2
+    assert [r["kind"] for r in episode["ratings"]] == ["thumbs"]
+
+    open_tab(page, "History")
+    set_number(page, "history-episode", episode_id)
+    page.locator("#history-open").click()
+    detail = page.locator("#history-detail")
+    expect(detail).to_contain_text(f"Episode {episode_id} · class · class_parallel")
+    expect(detail).to_contain_text("Its methods")
 
 
 def test_admin_is_refused_without_the_password_and_opens_with_it(app, page):

@@ -686,10 +686,24 @@ def test_co_code_offers_classes_and_runs_a_class_team_with_a_verdict_per_test_cl
         stored = store.get_episode(db, episode_id)
     assert stored["task"]["kind"] == "class" and stored["shape"] == "class_parallel"
     assert stored["task"]["source_id"] == "ClassEval_4" and stored["reward"] is not None
+    shown = episode_markdown(stored)  # History opens it
+    assert "· class · class_parallel ·" in shown and "```python\nclass AssessmentSystem" in shown
+    assert "Its methods `add_student`" in shown
     # an edit is judged by the class judge
     broken = page[view.result].replace("return top_student", "return None")
     judged = view.rate_edit(episode_id, broken, None)
     assert re.search(r"Your version: [0-6] of 7 test classes passed", judged), judged
+
+    # A/B: the team and one agent on the same class, side by side, and the vote
+    ab = form(
+        tab, source="classeval", problem="ClassEval_46", mode=AB, shape_b="single_incremental"
+    )
+    page = last(tab.run(ab))
+    pair = page[view.ab_pair]
+    assert pair is not None and len(set(pair)) == 2, page[view.status]
+    assert "parallel" in page[view.ab_status[0]] and "single_incremental" in page[view.ab_status[1]]
+    assert "interpolate_1d" in page[view.ab_views[1]]
+    assert "Saved" in view.vote("left")(pair, None)
 
     # a person's own class, and what the form refuses before anything runs
     for values, message in (
