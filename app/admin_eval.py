@@ -55,7 +55,7 @@ class EvalPanel:
                 ["xsum", "abstracts"],
                 value="xsum",
                 label="Writing set",
-                interactive=False,  # for writing only (the task's choice switches it on)
+                visible=False,  # for writing only (the task's choice shows it)
                 elem_id="admin-eval-set",
             )
             self.eval_limit = gr.Number(
@@ -95,7 +95,7 @@ class EvalPanel:
 
     def wire(self, admin_ok: gr.State) -> None:
         self.eval_task.change(
-            lambda task: gr.update(interactive=task == "writing"), self.eval_task, self.eval_set
+            lambda task: gr.update(visible=task == "writing"), self.eval_task, self.eval_set
         )
         self.launch_eval.click(
             self.start_eval,

@@ -106,9 +106,9 @@ class TrainingPanel:
             "preference model; then the promotion gate runs the new team and the serving one on "
             "the set's own validation tasks and hot-swaps the new one in only when its joint "
             "reward is higher and its pass rate not significantly lower. On a 2-core CPU a step "
-            "with the defaults takes a minute or two (long-form articles, 4 writers: two to "
-            "three); 1 step, group size 2, 1 task per step, 64 tokens and 1 gate task make a "
-            "first run of a few minutes."
+            "with the defaults below takes a minute or two (long-form articles, 4 writers: two "
+            "to three). A first run of a few minutes: **Steps** 1, **Answers per task** 2, "
+            "**Tasks per step** 1, **Tokens per agent** 64, **Gate: validation tasks** 1."
         )
         self.learner_md = gr.Markdown(elem_id="admin-learner-status")
         self.progress = gr.HTML(elem_id="admin-progress")

@@ -19,14 +19,16 @@ from app.cowork_results import display_code
 from app.live import EPISODE_STATES
 
 PAGE_SIZE = 20
+# one word a header, each column wide enough for its header's word (assets/app.css keeps words
+# whole): every column on screen at 1400 px, the task wrapping
 COLUMNS = [
-    "episode",
+    "#",
     "started",
     "task",
     "kind",
     "shape",
     "agents",
-    "adapter versions",
+    "versions",
     "status",
     "turns",
     "seconds",
@@ -36,20 +38,20 @@ COLUMNS = [
     "score",
 ]
 COLUMN_WIDTHS = [
-    "4%",
-    "9%",
-    "20%",
+    "3.5%",
+    "8%",
+    "14%",
+    "5.5%",
+    "9.5%",
     "6%",
     "8%",
-    "4%",
-    "10%",
-    "7%",
-    "4%",
+    "6.5%",
+    "5%",
+    "6.5%",
+    "6%",
+    "6%",
     "6%",
     "5%",
-    "6%",
-    "5%",
-    "6%",
 ]
 RATING_FILTERS = {
     "any": {},
@@ -156,7 +158,7 @@ def episode_markdown(episode: dict) -> str:
     """Everything about one episode, as Markdown (observations folded away)."""
     task, kind = episode["task"], episode["task"]["kind"]
     code = kind in ("coding", "class")
-    language = "python" if code else ""
+    language = "python" if code else "text"  # assets/app.css: text in the page's font, wrapped
     rounds = 2 if episode["shape"] == "one_round_discussion" else 1
     source = task["source"] + (f" {task['source_id']}" if task.get("source_id") else "")
     lines = [

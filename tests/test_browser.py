@@ -156,6 +156,19 @@ def episode_id_in(status: str) -> int:
     return int(re.search(r"episode (\d+)", status).group(1))
 
 
+# how many lines an element's text takes on screen
+LINES = """e => {
+    const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT), tops = new Set();
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        if (!node.textContent.trim()) continue;
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        for (const box of range.getClientRects()) tops.add(Math.round(box.top));
+    }
+    return tops.size;
+}"""
+
+
 # -- the tests -------------------------------------------------------------------------------
 
 
@@ -272,6 +285,10 @@ def test_history_lists_filters_and_opens_an_episode(app, page):
     for column in ("status", "reward", "score"):  # every column on screen, none scrolled off
         box = page.locator("#history-table th", has_text=column).first.bounding_box()
         assert box is not None and box["x"] + box["width"] <= width, (column, box, width)
+    for header in page.locator("#history-table th").all():  # no word broken, no header wrapped
+        assert header.evaluate(LINES) == 1, header.inner_text()
+    for word in ("finished", "coding"):
+        assert page.locator("#history-table td", has_text=word).first.evaluate(LINES) == 1, word
     with store.open_db(app.db) as db:  # the episodes the tests above ran
         newest = store.list_episodes(db, limit=1)[0]["id"]
     set_number(page, "history-episode", newest)
@@ -281,6 +298,8 @@ def test_history_lists_filters_and_opens_an_episode(app, page):
     expect(detail).to_contain_text("What the agent saw")
     page.locator("#history-detail summary").first.click()  # unfold one observation
     expect(detail).to_contain_text(re.compile("Problem:|Request:"))
+    for block in page.locator("#history-detail pre").all():  # long lines wrap, nothing scrolls
+        assert block.evaluate("e => getComputedStyle(e).whiteSpace") == "pre-wrap"
     screenshot(page, "history")
 
 
@@ -366,8 +385,11 @@ def test_admin_is_refused_without_the_password_and_opens_with_it(app, page):
     expect(panel).to_be_visible()
     expect(page.locator("#admin-learner-status")).to_contain_text("Serving coding:")
     expect(page.locator("#admin-cancel")).to_be_hidden()  # nothing runs: nothing to cancel
-    # the writing set is a choice for writing tasks only
-    expect(page.locator("#admin-eval-set input")).to_be_disabled()
+    # the writing set is a choice for writing tasks only: shown when the task is writing
+    expect(page.locator("#admin-eval-set")).to_be_hidden()
+    page.locator("#admin-eval-task input").click()
+    page.get_by_role("option", name="writing", exact=True).click()
+    expect(page.locator("#admin-eval-set")).to_be_visible()
     screenshot(page, "admin")
 
 
