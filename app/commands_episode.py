@@ -50,7 +50,7 @@ class EpisodePrinter:
                     self.header(self.queue[0])
                     self.write(self.text[self.queue[0]])
         elif kind == "turn_end":
-            verdict = "done" if event["success"] else "not done"
+            verdict = "passed" if event["success"] else "not passed"  # the page's words
             self.write(f"\n== turn {event['turn'] + 1}: {verdict}\n")
             for agent, note in enumerate(event["feedback"]):
                 if note and not event["done"]:
@@ -116,6 +116,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.tasks import find_task
     from agents.team.graph import GREEDY, Sampling
     from agents.team.roles import default_max_tokens, load_prompts
+    from app.live import verdict_words
     from learner.episode import EpisodeSetup, ScoringError, play
 
     prepare_episode(args)
@@ -179,7 +180,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
         tested = f"tests {report.passed} of {report.total} passed, " if report else ""
         scored = f", reward {reward:.3f}" if reward is not None else f" ({note})"
         print(
-            f"=== {'success' if result.success else 'not done'} after {result.turns} turn(s), "
+            f"=== {verdict_words('ok', result.success)} after {result.turns} turn(s), "
             f"{tested}{result.wall_time_s:.1f} s, {tokens} tokens written{scored}"
         )
     return 0
@@ -206,6 +207,7 @@ def class_episode(args: argparse.Namespace) -> int:
     from agents.kinds.class_team import CLASS_MAX_TOKENS, class_reward, run_class_episode
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
+    from app.live import verdict_words
     from learner.class_train import CLASS_WEIGHTS, record_class_episode
 
     try:
@@ -260,6 +262,7 @@ def class_episode(args: argparse.Namespace) -> int:
     for name, (passed, total) in summary["test_classes"].items():
         print(f"{'ok  ' if passed == total else 'FAIL'} {name}: {passed}/{total}")
     print(
+        f"{verdict_words('ok', summary['class_passed'])}: "
         f"{summary['test_classes_passed']} of {len(summary['test_classes'])} test classes "
         f"passed; critical path {summary['critical_path_tokens']} tokens, {summary['wall_s']} s; "
         f"reward {scored['reward']:.3f} (episode {episode_id}, agents' versions: "

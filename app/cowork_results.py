@@ -17,7 +17,7 @@ from agents.team.combine import extract_code
 from app import rating
 from app.context import AppContext
 from app.cowork_choices import MAX_PANES
-from app.live import LiveClass, LiveEpisode
+from app.live import PASSED_MEANS, LiveClass, LiveEpisode
 from app.ratings_panel import answered_by
 from learner.episode import EpisodeSetup
 
@@ -61,29 +61,22 @@ def class_markdown(episode: LiveClass) -> str:
         lines.append(f"- agent {agent + 1} also wrote `{name}`, not dealt to it: dropped")
     for name in result.merged.missing:
         lines.append(f"- `{name}` was not written: the skeleton's stub stays")
-    if episode.reward is not None:
-        lines.append(reward_markdown(episode.reward))
     return "\n\n".join(lines)
 
 
-def reward_markdown(scored: dict) -> str:
-    """The class reward and its parts, a line each, with their weights (learner/class_train.py
-    `CLASS_WEIGHTS`; a part that does not apply is left out and the others share its weight)."""
-    from learner.class_train import CLASS_WEIGHTS
+def reward_markdown(kind: str, reward: float, components: dict, weights: dict) -> str:
+    """A reward and the terms it is made of, a line each (the page and History alike)."""
+    if kind == "class":
+        from learner.class_train import explain_class_reward
 
-    words = {
-        "tests": "share of the test classes passed",
-        "whole_class": "the whole class passed",
-        "coordination": "methods that call a teammate's method as their docstring implies, "
-        "and pass",
-        "speed": "the budget left on the critical path (the agent that wrote most), times the "
-        "tests' share",
-    }
-    used = {k: getattr(CLASS_WEIGHTS, k) for k in words if scored.get(k) is not None}
-    total = sum(used.values())
-    rows = [f"**Reward {scored['reward']:.2f}**, the weighted mean of:"]
-    rows += [f"- {used[k] / total:.2f} × {scored[k]:.2f}: {words[k]}" for k in used]
-    return "\n".join(rows)
+        head = f"**Reward {reward:.2f}**, the weighted mean of:"
+        lines = explain_class_reward(components, weights)
+    else:
+        from learner.rewards import explain_reward
+
+        head = f"**Reward {reward:.2f}**, the sum of:"
+        lines = explain_reward(components, weights)
+    return head + "\n" + "\n".join(f"- {line}" for line in lines)
 
 
 def class_report_markdown(problem, verdict, owner: dict, title: str) -> str:
@@ -101,15 +94,8 @@ def class_report_markdown(problem, verdict, owner: dict, title: str) -> str:
     for name, (passed, total) in verdict.test_classes.items():
         method = problem.test_classes.get(name)
         who = f"agent {owner[method] + 1}" if method in owner else "several together"
-        failure = next(
-            (
-                r.message or ""
-                for r in verdict.report.results
-                if r.test_class == name and not r.passed
-            ),
-            "",
-        )
-        failure = textwrap.shorten(failure.replace("|", "\\|").replace("\n", " "), 120)
+        failure = verdict.first_failure(name).replace("|", "\\|").replace("\n", " ")
+        failure = textwrap.shorten(failure, 120)
         rows.append(
             f"| {'✓' if passed == total else '✗'} | {name} | {f'`{method}`' if method else '–'} "
             f"| {who} | {passed}/{total} | {failure} |"
@@ -158,16 +144,23 @@ def report_markdown(report: TestReport, title: str) -> str:
     return head + "\n\n" + "\n".join(rows)
 
 
-def turn_log(episode: LiveEpisode) -> str:
-    """Each finished turn's verdict and the feedback each agent was given for the next."""
+def turn_log(episode: LiveEpisode | LiveClass) -> str:
+    """Each finished turn's verdict (and what "passed" means for this kind of work), the
+    feedback each agent was given for the next, and at the end the reward, a term a line."""
     lines = []
     for verdict in episode.verdicts:
-        mark = "✓ done" if verdict["success"] else "⚠ not done"
-        lines.append(f"**Turn {verdict['turn'] + 1}: {mark}**")
+        mark = "✓ passed" if verdict["success"] else "⚠ not passed"
+        meaning = f" (passed: {PASSED_MEANS[episode.kind]})" if len(lines) == 0 else ""
+        lines.append(f"**Turn {verdict['turn'] + 1}: {mark}**{meaning}")
         if not verdict["done"]:
             for pane, note in zip(episode.panes, verdict["feedback"], strict=False):
                 if note:
                     lines.append(f"- feedback to {pane.title}: {note.replace(chr(10), ' ')}")
+    if episode.finished and episode.reward is not None:
+        lines.append(
+            "\n"
+            + reward_markdown(episode.kind, episode.reward, episode.components, episode.weights)
+        )
     return "\n".join(lines)
 
 

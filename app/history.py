@@ -15,8 +15,8 @@ import store
 from agents.kinds.class_team import CLASS_SHAPES
 from agents.team.roles import SHAPES
 from app.context import AppContext
-from app.cowork_results import display_code
-from app.live import EPISODE_STATES
+from app.cowork_results import display_code, reward_markdown
+from app.live import EPISODE_STATES, PASSED_MEANS, verdict_words
 
 PAGE_SIZE = 20
 # one word a header, each column wide enough for its header's word (assets/app.css keeps words
@@ -124,7 +124,7 @@ def episode_rows(
                 e["shape"],
                 e["team_size"],
                 ", ".join(store.version_label(v) for v in e["adapter_versions"]),
-                EPISODE_STATES.get(e["status"], e["status"]),
+                verdict_words(e["status"], e["passed"]),
                 e["turn_count"],
                 round(e["wall_time_s"], 1) if e["wall_time_s"] is not None else None,
                 e["completion_tokens"],
@@ -164,7 +164,7 @@ def episode_markdown(episode: dict) -> str:
     lines = [
         f"### Episode {episode['id']} · {kind} · {episode['shape']} · "
         f"{episode['team_size']} agent(s) · "
-        f"{EPISODE_STATES.get(episode['status'], episode['status'])}",
+        f"{verdict_words(episode['status'], episode['passed'])}",
         f"Started {episode['started_at'][:19].replace('T', ' ')} UTC · "
         f"{episode['turn_count']} turn(s) · "
         + (f"{episode['wall_time_s']:.1f} s · " if episode["wall_time_s"] is not None else "")
@@ -197,15 +197,44 @@ def episode_markdown(episode: dict) -> str:
         text = display_code(turn["completion"]) if code else turn["completion"]
         lines.append(fenced(text, language))
     lines += ["#### Result", fenced(episode["final_output"] or "(none)", language)]
+    lines += verdict_lines(episode, kind)
     if episode["rewards"]:
+        weights = episode["reward_weights"] or {}
+        lines += [
+            "#### Reward",
+            reward_markdown(kind, episode["reward"], episode["rewards"], weights),
+        ]
         table = [f"| {k} | {v:.3f} |" for k, v in sorted(episode["rewards"].items())]
-        lines += ["#### Reward components", "| component | value |\n|---|---|\n" + "\n".join(table)]
+        lines.append(
+            "<details><summary>Every part it was computed from</summary>\n\n"
+            "| part | value |\n|---|---|\n" + "\n".join(table) + "\n\n</details>"
+        )
     lines.append("#### Ratings")
     if not episode["ratings"]:
         lines.append("None yet.")
     for r in episode["ratings"]:
         lines.append("- " + rating_text(r, episode["id"]))
     return "\n\n".join(lines)
+
+
+def verdict_lines(episode: dict, kind: str) -> list[str]:
+    """The environment's verdict on the result, as the page showed it: passed or not, what that
+    means for this kind of work, and each check (a test, a test class, a part) with its message."""
+    if episode["passed"] is None:
+        return []
+    word = "passed" if episode["passed"] else "not passed"
+    meaning = PASSED_MEANS.get(kind, "every check passed")
+    lines = [f"#### Verdict: {word}", f"Passed means: {meaning}."]
+    if episode["checks"]:
+        rows = ["| | check | message |", "|---|---|---|"]
+        for check in episode["checks"]:
+            name, message = (
+                textwrap.shorten(" ".join(check[k].split()), width).replace("|", "\\|")
+                for k, width in (("name", 100), ("message", 160))
+            )
+            rows.append(f"| {'✓' if check['passed'] else '✗'} | `{name}` | {message} |")
+        lines.append("\n".join(rows))
+    return lines
 
 
 def observation_markdown(observation: str) -> str:

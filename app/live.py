@@ -42,6 +42,21 @@ log = logging.getLogger(__name__)
 # to the end and recorded), and whether the team's result passed the environment's check (the
 # tests; a writing team's length and structure checks).
 EPISODE_STATES = {"ok": "finished", "failed": "failed", "running": "running"}
+# what "passed" means for each kind of work: the environment's verdict on the final result
+PASSED_MEANS = {
+    "coding": "every test passed",
+    "class": "every test class passed (each of its tests)",
+    "writing": "every section written, within its length, not cut off and not repeating another",
+}
+
+
+def verdict_words(status: str, passed: bool | None) -> str:
+    """An episode's state and verdict, in the words the page, History and the CLI share:
+    "finished, passed", "finished, not passed", "finished" (not judged), "failed", "running"."""
+    state = EPISODE_STATES.get(status, status)
+    if status != "ok" or passed is None:
+        return state
+    return f"{state}, {'passed' if passed else 'not passed'}"
 
 
 @dataclass
@@ -81,6 +96,8 @@ class LiveEpisode:
     verdicts: list[dict] = field(default_factory=list)  # turn_end events
     result: EpisodeResult | None = None
     reward: float | None = None
+    components: dict = field(default_factory=dict)  # the reward's parts, and its weights
+    weights: dict = field(default_factory=dict)
     tests: TestReport | None = None
     repeats: float | None = None  # long-form: share of the writers' sentences left out as repeats
     error: str | None = None  # the episode failed: why
@@ -91,6 +108,10 @@ class LiveEpisode:
     def start(cls, run: EpisodeSetup) -> LiveEpisode:
         panes = zip(run.roles(), run.adapter_names(), strict=True)
         return cls(run, [Pane(role, adapter) for role, adapter in panes])
+
+    @property
+    def kind(self) -> str:
+        return self.run.task.kind
 
     @property
     def tokens(self) -> int:
@@ -134,6 +155,7 @@ class LiveEpisode:
         elif kind == "scored":
             self.reward, self.tests, self.note = event["reward"], event["tests"], event["note"]
             self.repeats = event["repeats"]
+            self.components, self.weights = event["components"], event["weights"]
         elif kind == "failed":
             self.error = event["error"]
             self.ended = self.ended or time.monotonic()
@@ -173,8 +195,9 @@ class LiveEpisode:
             return f"✗ {who} failed after {cost}: {self.error}"
         if self.result is None:
             return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
-        passed = "passed" if self.result.success else "not passed"
-        verdict = f"{'✓' if self.result.success else '⚠'} {EPISODE_STATES['ok']}, {passed}"
+        verdict = (
+            f"{'✓' if self.result.success else '⚠'} {verdict_words('ok', self.result.success)}"
+        )
         turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
         parts = [f"{verdict}: {who} ({team}) · {turns} · {cost}"]
         if self.tests is not None:
@@ -262,10 +285,14 @@ class LiveClass:
     output: str = ""
     verdicts: list[dict] = field(default_factory=list)
     result: ClassEpisode | None = None
-    reward: dict | None = None
+    reward: float | None = None
+    components: dict = field(default_factory=dict)  # the reward's parts, and its weights
+    weights: dict = field(default_factory=dict)
     error: str | None = None
     note: str | None = None
     finished: bool = False
+
+    kind = "class"
 
     @classmethod
     def start(cls, run: ClassRun) -> LiveClass:
@@ -314,6 +341,7 @@ class LiveClass:
                 pane.tokens, pane.writing = tokens, False
         elif kind == "scored":
             self.reward, self.episode_id = event["reward"], event["episode_id"]
+            self.components, self.weights = event["components"], event["weights"]
         elif kind == "failed":
             self.error = event["error"]
             self.ended = self.ended or time.monotonic()
@@ -334,16 +362,15 @@ class LiveClass:
         if self.result is None:
             return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
         verdict = self.result.verdict
-        passed = "passed" if self.result.success else "not passed"
         mark = "✓" if self.result.success else "⚠"
         turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
         parts = [
-            f"{mark} {EPISODE_STATES['ok']}, {passed}: {who} ({team}) · {turns} · {cost}",
+            f"{mark} {verdict_words('ok', self.result.success)}: {who} ({team}) · {turns} · {cost}",
             f"test classes {verdict.classes_passed}/{len(verdict.test_classes)} passed",
             f"critical path {self.result.critical_path_tokens} tokens",
         ]
         if self.reward is not None:
-            parts.append(f"reward {self.reward['reward']:.2f}")
+            parts.append(f"reward {self.reward:.2f}")
         elif not self.finished:
             parts.append("scoring…")
         if self.note:
@@ -354,7 +381,12 @@ class LiveClass:
 def play_class_live(run: ClassRun, policy: Policy, db_path, put) -> None:
     """A class episode for the page: played with its events on the queue, then scored by the
     one class reward and recorded (learner/class_train.py)."""
-    from learner.class_train import CLASS_WEIGHTS, record_class_episode
+    from learner.class_train import (
+        CLASS_WEIGHTS,
+        class_weights_used,
+        record_class_episode,
+        reward_parts,
+    )
 
     sampling = run.sampling
     episode = run_class_episode(
@@ -367,7 +399,12 @@ def play_class_live(run: ClassRun, policy: Policy, db_path, put) -> None:
     episode_id = record_class_episode(
         db_path, episode, scored, run.adapter_names(), None, 0, sampling
     )
-    put({"event": "scored", "reward": scored, "episode_id": episode_id})
+    put(
+        {
+            "event": "scored", "reward": scored["reward"], "episode_id": episode_id,
+            "components": reward_parts(scored), "weights": class_weights_used(scored),
+        }
+    )  # fmt: skip
 
 
 def start_view(run: EpisodeSetup | ClassRun) -> LiveEpisode | LiveClass:
@@ -425,6 +462,8 @@ def _run_one(
             {
                 "event": "scored",
                 "reward": scored.reward,
+                "components": scored.components,
+                "weights": scored.weights,
                 "tests": scored.report,
                 "note": None,
                 "repeats": scored.components.get("repeats_dropped"),
@@ -434,7 +473,12 @@ def _run_one(
         log.exception("scoring episode of team %d failed", index)
         report = e.results[0].test_report
         note = f"reward not computed ({e})"
-        put({"event": "scored", "reward": None, "tests": report, "note": note, "repeats": None})
+        put(
+            {
+                "event": "scored", "reward": None, "components": {}, "weights": {},
+                "tests": report, "note": note, "repeats": None,
+            }
+        )  # fmt: skip
     except Exception as e:  # the page shows it; the store has already marked the episode failed
         log.exception("episode of team %d failed", index)
         put({"event": "failed", "error": describe_error(e)})

@@ -114,6 +114,29 @@ def reward_parts(scored: dict) -> dict[str, float]:
     }
 
 
+def class_weights_used(scored: dict) -> dict[str, float]:
+    """The weights of the parts a class reward was made of (coordination only where a method
+    implies a teammate's call)."""
+    return {k: getattr(CLASS_WEIGHTS, k) for k in reward_parts(scored)}
+
+
+# each part of the class reward in words (the page and History explain a reward with them)
+CLASS_REWARD_WORDS = {
+    "tests": "share of the test classes passed",
+    "whole_class": "the whole class passed",
+    "coordination": "methods that call a teammate's method as their docstring implies, and pass",
+    "speed": "the budget left on the critical path (the agent that wrote most), times the "
+    "tests' share",
+}
+
+
+def explain_class_reward(parts: dict, weights: dict) -> list[str]:
+    """A class reward's terms, a line each: the weighted mean of its parts."""
+    used = {k: w for k, w in weights.items() if k in CLASS_REWARD_WORDS and k in parts}
+    total = sum(used.values()) or 1.0
+    return [f"{w / total:.2f} × {parts[k]:.2f}: {CLASS_REWARD_WORDS[k]}" for k, w in used.items()]
+
+
 def record_class_episode(
     db_path, episode: ClassEpisode, scored: dict, adapters, group_id=None, sample_index=0,
     sampling=None,
@@ -157,10 +180,13 @@ def record_class_episode(
                         completion_tokens=sum(s.completion_tokens for s in steps),
                         latency_s=sum(s.latency_s for s in steps),
                     )  # fmt: skip
-            store.finish_episode(db, episode_id, episode.output, wall_time_s=episode.wall_s)
-        weights = {k: getattr(CLASS_WEIGHTS, k) for k in reward_parts(scored) if k != "tests"}
-        weights["tests"] = CLASS_WEIGHTS.tests
-        store.record_rewards(db, episode_id, reward_parts(scored), scored["reward"], weights)
+            store.finish_episode(
+                db, episode_id, episode.output, wall_time_s=episode.wall_s,
+                passed=episode.verdict.all_passed, checks=episode.verdict.checks(),
+            )  # fmt: skip
+        store.record_rewards(
+            db, episode_id, reward_parts(scored), scored["reward"], class_weights_used(scored)
+        )
     return episode_id
 
 

@@ -67,6 +67,37 @@ def joint_reward(
     )
 
 
+def explain_reward(components: dict[str, float], weights: dict[str, float]) -> list[str]:
+    """The joint reward's terms (`joint_reward`, then what people prefer where it counted), a
+    line each, from what the store keeps of an episode: its components and the weights used
+    (`w_` names; an episode stored without them: today's defaults). They sum to its reward."""
+    used = {**asdict(RewardWeights()), **{k[2:]: v for k, v in weights.items() if k[:2] == "w_"}}
+    quality = components.get("quality", 0.0)
+    lines = [
+        f"+{used['quality'] * quality:.2f} = {used['quality']:.2f} × quality {quality:.2f} "
+        "(a program: its tests' points; a document: its length, coverage and verdict)",
+        f"+{used['coordination'] * components.get('coordination', 0.0):.2f} = "
+        f"{used['coordination']:.2f} × coordination {components.get('coordination', 0.0):.2f} "
+        "(a program: the helper called, more where the tests pass; a document: its parts "
+        "consistent, not repeating each other, as structured)",
+        f"+{used['speed'] * components.get('speed', 0.0) * quality:.2f} = {used['speed']:.2f} × "
+        f"speed {components.get('speed', 0.0):.2f} × quality (the budget left on the critical "
+        "path)",
+    ]
+    if components.get("role_violations"):
+        violations = components["role_violations"]
+        lines.append(
+            f"−{used['role_violation'] * violations:.2f} = {used['role_violation']:.2f} × "
+            f"{violations:.2f}, the share of agents that wrote a teammate's part"
+        )
+    if "human_term" in components:
+        lines.append(
+            f"{components['human_term']:+.2f} from what people prefer (the preference model "
+            f"liked it {components.get('human_rating', 0.0):.2f}, against its group's)"
+        )
+    return lines
+
+
 def blend_human(
     auto: Sequence[float],
     liked: Sequence[float],

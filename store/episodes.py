@@ -46,7 +46,7 @@ from store.db import (
 
 MAX_TEAM_SIZE = 4
 MAX_ERROR_CHARS = 20_000  # a traceback is useful; a runaway one must not bloat the file
-EPISODE_JSON = ("roles", "adapter_versions", "params", "reward_weights")
+EPISODE_JSON = ("roles", "adapter_versions", "params", "reward_weights", "checks")
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -200,18 +200,33 @@ def add_turn(
 
 
 def finish_episode(
-    db: Database, episode_id: int, final_output: str, *, wall_time_s: float | None = None
+    db: Database,
+    episode_id: int,
+    final_output: str,
+    *,
+    wall_time_s: float | None = None,
+    passed: bool | None = None,
+    checks: Sequence[dict] = (),
 ) -> None:
     """Mark a running episode 'ok' with its final output; turns and tokens are totalled here.
 
-    `wall_time_s` defaults to the time since `start_episode`.
+    `wall_time_s` defaults to the time since `start_episode`. `passed` is the environment's
+    verdict on the output (None: not judged) and `checks` what it is made of, each a dict with
+    `name`, `passed` and `message` (a program's tests, a class's test classes, a document's
+    checks per part).
     """
     if not isinstance(final_output, str):
         raise ValueError("the final output must be text")
+    for check in checks:
+        if not {"name", "passed", "message"} <= set(check) or not isinstance(check["passed"], bool):
+            raise ValueError(f"a check needs name, passed (a bool) and message, got {check!r}")
     with write_transaction(db):
         episode = _episode_row(db, episode_id)
         _require_running(episode)
         _close_episode(db, episode, "ok", final_output=final_output, wall_time_s=wall_time_s)
+        if passed is not None or checks:  # else the schema's: not judged, no checks
+            verdict = {"passed": None if passed is None else int(passed)}
+            db["episodes"].update(episode_id, verdict | {"checks": json.dumps(list(checks))})
 
 
 def fail_episode(
@@ -343,6 +358,13 @@ def _close_episode(
     db["episodes"].update(episode["id"], updates)
 
 
+def _episode_out(row: dict) -> dict:
+    """An episode row as callers see it: its JSON decoded, its verdict a bool (or None)."""
+    episode = decode_json(row, *EPISODE_JSON)
+    episode["passed"] = None if episode["passed"] is None else bool(episode["passed"])
+    return episode
+
+
 def _episode_row(db: Database, episode_id: int) -> dict:
     found = rows(db, "SELECT * FROM episodes WHERE id = ?", [episode_id])
     if not found:
@@ -391,7 +413,7 @@ def get_episodes(db: Database, episode_ids: Sequence[int]) -> list[dict]:
         in_chunk = set(chunk)
         marks = ", ".join("?" * len(chunk))
         for row in rows(db, f"SELECT * FROM episodes WHERE id IN ({marks})", chunk):
-            episode = decode_json(row, *EPISODE_JSON)
+            episode = _episode_out(row)
             episode.update(turns=[], rewards={}, ratings=[])
             found[row["id"]] = episode
         tasks = {
@@ -499,7 +521,7 @@ def list_episodes(
         """,
         {**params, "limit": limit, "offset": offset},
     )
-    return [decode_json(row, *EPISODE_JSON) for row in page]
+    return [_episode_out(row) for row in page]
 
 
 def count_episodes(db: Database, where: EpisodeFilter | None = None) -> int:

@@ -52,6 +52,7 @@ _TURN = pa.struct(
         ("latency_s", pa.float64()),
     ]
 )
+_CHECK = pa.struct([("name", pa.string()), ("passed", pa.bool_()), ("message", pa.string())])
 _RATING = pa.struct(
     [
         ("id", pa.int64()),
@@ -90,6 +91,8 @@ EPISODES_SCHEMA = pa.schema(
         ("completion_tokens", pa.int64()),
         ("started_at", pa.string()),
         ("finished_at", pa.string()),
+        ("passed", pa.bool_()),
+        ("checks", pa.list_(_CHECK)),
         ("reward", pa.float64()),
         ("reward_weights", pa.list_(_NAMED_VALUE)),
         ("rewards", pa.list_(_NAMED_VALUE)),
@@ -191,6 +194,8 @@ def _episode_record(episode: dict) -> dict:
         "completion_tokens": episode["completion_tokens"],
         "started_at": episode["started_at"],
         "finished_at": episode["finished_at"],
+        "passed": episode["passed"],
+        "checks": [{field: check[field] for field in _CHECK.names} for check in episode["checks"]],
         "reward": episode["reward"],
         "reward_weights": [
             {"name": name, "value": float(weight)}

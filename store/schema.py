@@ -14,6 +14,8 @@ Version 1 - what one episode is: tasks, episodes, turns, reward components, rati
 Version 2 - what the learner keeps: training runs, which episodes each run used, adapters.
 Version 3 - rating limits: the rater's session, and whether a rating counts (within the limits).
 Version 4 - adapters per kind of work ("coding" or "writing"): one active version per agent and kind.
+Version 5 - class teams' versions (kind "class").
+Version 6 - what the page showed, kept with the episode: the environment's verdict and each check.
 """
 
 from __future__ import annotations
@@ -205,6 +207,13 @@ MIGRATIONS: list[list[str]] = [
         "DROP TABLE adapters",
         "ALTER TABLE adapters_new RENAME TO adapters",
         "CREATE UNIQUE INDEX adapters_one_active ON adapters(agent, kind) WHERE state = 'active'",
+    ],
+    # 6: the environment's verdict on the final result (1 passed: every test of a program, every
+    # test class of a class, every check of a document; 0 not; NULL not judged) and each check it
+    # is made of, with its outcome and the judge's message (JSON list of {name, passed, message})
+    [
+        "ALTER TABLE episodes ADD COLUMN passed INTEGER CHECK (passed IN (0, 1))",
+        "ALTER TABLE episodes ADD COLUMN checks TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(checks))",
     ],
 ]
 

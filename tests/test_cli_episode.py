@@ -33,8 +33,8 @@ def test_printer_shows_each_agents_text_whole_under_its_header(tmp_path):
         header = f"--- agent {step['agent'] + 1} ({step['role']}), turn {step['turn'] + 1}\n"
         assert header + step["text"] + "\n" in text  # streamed pieces arrive whole, in order
     assert len(re.findall(r"^--- agent", text, re.M)) == len(result.steps)
-    assert "== turn 1: not done" in text and "feedback to agent 1:" in text
-    assert "== turn 2: not done" in text
+    assert "== turn 1: not passed" in text and "feedback to agent 1:" in text
+    assert "== turn 2: not passed" in text
 
 
 def test_episode_arguments():

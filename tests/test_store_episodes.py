@@ -314,3 +314,23 @@ def test_unstorable_task_input_is_refused_with_a_clear_message(db, fields, messa
     with pytest.raises(store.InvalidInput, match=message):
         store.create_task(db, "coding", **fields)
     assert db["tasks"].count == 0
+
+
+def test_the_verdict_and_each_check_are_kept_with_the_episode(db, task_id):
+    checks = [
+        {"name": "assert f(1) == 2", "passed": True, "message": ""},
+        {"name": "assert f(2) == 4", "passed": False, "message": "AssertionError: 3 != 4"},
+    ]
+    judged = store.start_episode(db, task_id, shape="single", roles=["coder"])
+    store.finish_episode(db, judged, "def f(x): ...", passed=False, checks=checks)
+    unjudged = store.start_episode(db, task_id, shape="single", roles=["coder"])
+    store.finish_episode(db, unjudged, "def f(x): ...")
+    one, two = store.get_episodes(db, [judged, unjudged])
+    assert (one["passed"], one["checks"]) == (False, checks)
+    assert (two["passed"], two["checks"]) == (None, [])
+    listed = {e["id"]: e["passed"] for e in store.list_episodes(db)}
+    assert listed[judged] is False and listed[unjudged] is None
+    bad = store.start_episode(db, task_id, shape="single", roles=["coder"])
+    with pytest.raises(ValueError, match="a check needs name, passed"):
+        store.finish_episode(db, bad, "x", checks=[{"name": "t", "passed": "yes", "message": ""}])
+    assert store.get_episode(db, bad)["status"] == "running"  # refused whole: nothing written

@@ -44,7 +44,10 @@ def db(tmp_path):
                     completion_tokens=3,
                     latency_s=0.1,
                 )
-            store.finish_episode(db, episode_id, output)
+            store.finish_episode(
+                db, episode_id, output, passed="+" in output,
+                checks=[{"name": "assert add(1, 2) == 3", "passed": "+" in output, "message": ""}],
+            )  # fmt: skip
             store.record_rewards(
                 db, episode_id, {"quality": 1.0, "speed": 0.5}, 0.85, {"quality": 0.7, "speed": 0.3}
             )
@@ -87,6 +90,9 @@ def test_export_loads_with_datasets(db, tmp_path, fmt):
         "speed": 0.3,
     }
     assert first["reward"] == 0.85
+    # the verdict and each check, as the page showed them
+    assert [e["passed"] for e in episodes] == [True, False, None]
+    assert first["checks"] == [{"name": "assert add(1, 2) == 3", "passed": True, "message": ""}]
     assert sorted(r["kind"] for r in first["ratings"]) == ["pairwise", "score"]
     assert episodes[2]["status"] == "failed" and episodes[2]["error"] == "server crashed"
 

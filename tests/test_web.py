@@ -263,6 +263,18 @@ def test_running_the_co_code_tab_fills_panes_result_tests_and_rating_panel(ctx):
     assert page[view.tests_view].count("| ✓ |") == 7  # a row for each test
     assert page[view.rating_panel]["visible"] is True
     assert "episode" in page[view.status] and "tokens" in page[view.status]
+    # the reward explained where it is shown: its terms add up to it
+    reward = float(re.search(r"reward (\d\.\d\d)", page[view.status]).group(1))
+    log = page[view.turn_log]
+    assert "Turn 1: ✓ passed** (passed: every test passed)" in log
+    terms = re.findall(r"^- ([+−-]\d\.\d\d)", log, flags=re.M)
+    assert len(terms) >= 3 and abs(sum(float(t.replace("−", "-")) for t in terms) - reward) < 0.02
+    with store.open_db(ctx.db_path) as db:  # what the page showed is kept with the episode
+        kept = store.get_episode(db, episode_id)
+    assert kept["passed"] is True and len(kept["checks"]) == 7
+    assert all(check["passed"] for check in kept["checks"])
+    shown = episode_markdown(kept)
+    assert "finished, passed" in shown and shown.count("| ✓ |") == 7 and "the sum of:" in shown
 
     # ratings: thumbs on an agent and on the result, a score with a comment, an edit
     saved, up, down = view.thumbs(1, agent=1)(episode_id, None)
@@ -680,13 +692,19 @@ def test_co_code_offers_classes_and_runs_a_class_team_with_a_verdict_per_test_cl
     assert "class AssessmentSystem" in page[view.result]
     table = page[view.tests_view]
     assert "7 of 7 test classes passed" in table and "| agent 2 |" in table
-    assert "CoTeam wrote those" in table and "**Reward" in table
+    assert "CoTeam wrote those" in table
+    log = page[view.turn_log]  # one verdict word, what it means, and the reward a term a line
+    assert "Turn 1: ✓ passed** (passed: every test class passed" in log
+    assert "**Reward" in log and "share of the test classes passed" in log
     assert page[view.rating_panel]["visible"] is True
     with store.open_db(ctx.db_path) as db:
         stored = store.get_episode(db, episode_id)
     assert stored["task"]["kind"] == "class" and stored["shape"] == "class_parallel"
     assert stored["task"]["source_id"] == "ClassEval_4" and stored["reward"] is not None
+    assert stored["passed"] is True and len(stored["checks"]) == 7  # the verdict, kept
+    assert all(c["passed"] and "tests passed" in c["message"] for c in stored["checks"])
     shown = episode_markdown(stored)  # History opens it
+    assert "finished, passed" in shown and "#### Verdict: passed" in shown
     assert "· class · class_parallel ·" in shown and "```python\nclass AssessmentSystem" in shown
     assert "Its methods `add_student`" in shown
     # an edit is judged by the class judge

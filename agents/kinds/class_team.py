@@ -234,14 +234,7 @@ def verdict_note(team: ClassTeam, agent: int, verdict: ClassReport) -> str:
         method = team.problem.test_classes.get(test_class)
         if method is not None and method not in mine:
             continue
-        first = next(
-            (
-                r.message
-                for r in verdict.report.results
-                if r.test_class == test_class and not r.passed
-            ),
-            "",
-        )
+        first = verdict.first_failure(test_class)
         what = f"`{method}`" if method else "several methods together"
         lines.append(
             f"- {test_class} ({what}): {passed} of {total} tests passed"

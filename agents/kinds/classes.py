@@ -313,6 +313,31 @@ class ClassReport:
     def fraction(self) -> float:
         return self.classes_passed / len(self.test_classes) if self.test_classes else 0.0
 
+    def first_failure(self, test_class: str) -> str:
+        """The judge's message for the first test of `test_class` that failed ("" if none)."""
+        return next(
+            (
+                r.message or ""
+                for r in self.report.results
+                if r.test_class == test_class and not r.passed
+            ),
+            "",
+        )
+
+    def checks(self) -> list[dict]:
+        """The verdict as the checks it is made of, kept with the episode: each test class, its
+        tests passed and its first failure (and the program's own failure, if any)."""
+        checks = []
+        for name, (passed, total) in self.test_classes.items():
+            failure = self.first_failure(name)[:400]
+            message = f"{passed} of {total} tests passed" + (
+                f"; first failure: {failure}" if failure else ""
+            )
+            checks.append({"name": name, "passed": passed == total > 0, "message": message})
+        if self.report.error:
+            checks.append({"name": "the program", "passed": False, "message": self.report.error})
+        return checks
+
 
 def judge_class(problem: ClassProblem, program: str, timeout: float = 3.0) -> ClassReport:
     """Run the class's unittest classes on `program` through the judge (agents/judge/testrun.py)."""

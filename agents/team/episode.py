@@ -21,7 +21,7 @@ from sqlite_utils import Database
 
 import store
 from agents.tasks import Task, save_task
-from agents.team.feedback import CodeChecker, parse_check
+from agents.team.feedback import CodeChecker, parse_check, verdict_checks
 from agents.team.graph import Event, Policy, Sampling, Team, build_graph, initial_state
 from agents.team.result import EpisodeResult
 from agents.team.roles import team_roles, team_size
@@ -153,7 +153,15 @@ def _record_episode(
         start = time.perf_counter()
         state = _run_graph(team, db, episode_id, emit)
         wall_time_s = time.perf_counter() - start
-        store.finish_episode(db, episode_id, state["output"], wall_time_s=wall_time_s)
+        last = state["assessments"][-1]
+        store.finish_episode(
+            db,
+            episode_id,
+            state["output"],
+            wall_time_s=wall_time_s,
+            passed=last["success"],
+            checks=verdict_checks(last, [role.title for role in team.roles]),
+        )
     return EpisodeResult(
         episode_id=episode_id,
         task_id=task_id,

@@ -105,6 +105,33 @@ class Assessment:
 
 
 CUT_OFF = "Your answer was cut off at the token limit: write less (no explanations or examples)."
+MAX_CHECK_CHARS = 500  # a check's name or message as kept with the episode
+
+
+def verdict_checks(record: dict, titles: Sequence[str]) -> list[dict]:
+    """A turn's verdict (`turn_record`) as the checks it is made of, kept with the episode: a
+    program's tests, each with the judge's message (and the program's own failure, if it did not
+    load); else each agent's part (`titles`), passed when the environment had nothing to say of
+    it (a document: not empty, within its length, not cut off, not repeating another)."""
+    report = record.get("report")
+    if report is not None:
+        checks = [
+            {
+                "name": r.source.strip()[:MAX_CHECK_CHARS],
+                "passed": bool(r.passed),
+                "message": (r.message or "")[:MAX_CHECK_CHARS],
+            }
+            for r in report.results
+        ]
+        if report.error:
+            checks.append(
+                {"name": "the program", "passed": False, "message": report.error[:MAX_CHECK_CHARS]}
+            )
+        return checks
+    return [
+        {"name": f"agent {i + 1}: {title}", "passed": not note, "message": note[:MAX_CHECK_CHARS]}
+        for i, (title, note) in enumerate(zip(titles, record["feedback"], strict=False))
+    ]
 
 
 def assess_code(
