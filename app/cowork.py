@@ -21,7 +21,9 @@ from dataclasses import replace
 import gradio as gr
 
 from agents.kinds.class_team import CLASS_SHAPES
+from agents.tasks import LONGFORM_SECTIONS
 from agents.team.graph import Sampling
+from agents.team.outline import plan_outline
 from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES, size_from_setting
 from app.context import AppContext
 from app.cowork_choices import (
@@ -156,6 +158,12 @@ class CoworkTab:
                 visible=self.first_source == "own_longform",
                 elem_id=self.id("sections"),
             )
+            self.plan = gr.Button(
+                "Plan the sections from my request (one model call; edit them after)",
+                size="sm",
+                visible=self.first_source == "own_longform",
+                elem_id=self.id("plan"),
+            )
 
     def build_team_settings(self) -> None:
         """The mode (one team, or A/B), the team's shape, size, turns, tokens, temperature and
@@ -254,6 +262,8 @@ class CoworkTab:
     def wire(self) -> None:
         boxes = [self.problem, self.preview, self.prompt]
         boxes += [self.tests if self.code else self.sections, self.max_tokens]
+        if not self.code:
+            boxes.append(self.plan)
         if self.code:  # one function or a class: the shapes, the served team, the versions
             boxes += [self.shape, self.shape_b, self.size, self.served, self.roles_box]
             boxes += [self.adapters, self.adapters_b]
@@ -262,6 +272,14 @@ class CoworkTab:
             self.refresh_roles, self.roles_inputs(), self.roles_outputs(), show_progress="hidden"
         )
         self.problem.change(self.show_problem, self.problem, self.preview, show_progress="hidden")
+        if not self.code:
+            self.plan.click(
+                self.plan_sections,
+                self.prompt,
+                self.sections,
+                concurrency_id="episodes",
+                api_name=self.results.api("plan"),
+            )
         for trigger in (self.shape, self.size):
             trigger.change(
                 self.refresh_roles,
@@ -326,7 +344,8 @@ class CoworkTab:
         if not self.code:
             updates.append(gr.update(visible=source == "own_longform"))
             # a sectioned document starts with tokens enough for every writer's share
-            return updates + [gr.update(value=source_max_tokens(self.kind, source))]
+            updates.append(gr.update(value=source_max_tokens(self.kind, source)))
+            return updates + [gr.update(visible=source == "own_longform")]
         klass = source in CLASS_SOURCES
         examples = {EXAMPLE_PROBLEM, EXAMPLE_CLASS, EXAMPLE_TESTS, EXAMPLE_CLASS_TESTS, ""}
         mine = {  # the person's own text stays; an example is swapped for the other's
@@ -364,6 +383,27 @@ class CoworkTab:
             gr.update(choices=choices, value="serving"),
             gr.update(choices=choices, value="base"),
         ]
+
+    def plan_sections(self, request: str):
+        """The sections box filled with the outline the model plans for the request
+        (`agents.team.outline.plan_outline`), for the person to edit; a plan it could not make
+        leaves the box as it was and says so."""
+        if not (request or "").strip():
+            gr.Warning("Type your request first: the sections are planned from it.")
+            return gr.skip()
+        try:
+            chosen_task(self.kind, "own_longform", None, request, "")  # its checks: length
+            lines, _, _ = plan_outline(self.ctx.client, request, LONGFORM_SECTIONS)
+        except Exception as e:  # the request or the server: say what, keep the box
+            gr.Warning(describe_error(e))
+            return gr.skip()
+        if lines is None:
+            gr.Warning(
+                "The model's plan did not give four distinct sections: write them yourself, "
+                "or leave the box empty for the default outline."
+            )
+            return gr.skip()
+        return lines
 
     def show_problem(self, problem: str | None):
         return task_preview(self.kind, problem)

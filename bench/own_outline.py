@@ -11,9 +11,10 @@ is written greedily, through a managed vLLM server, as:
     briefs-only  the default outline as it was before its leads: Introduction, Background, Main
               points, Conclusion, with briefs alone
     planned   (--plan) the request with the outline the model itself writes in one planning
-              call first (`Heading: brief` lines; its time is added to the episode's, its tokens
-              to the critical path); a reply that is not four distinct headed lines falls back
-              to the default outline and is counted
+              call first (`agents.team.outline.plan_outline`: JSON held to a schema by the
+              server's grammar; its time is added to the episode's, its tokens to the critical
+              path); a plan without four distinct headings falls back to the default outline
+              and is counted
 
 by the team (`parallel`, --agents writers) and by `single`, and every document is scored by the
 one scoring path (`learner.episode.play`, the set's article as the reference for every
@@ -22,6 +23,7 @@ the issue's 0.3), reference agreement, words, critical-path tokens and seconds; 
 Wilcoxon tests of the team's redundancy across variants and against single's.
 
 Usage: python bench/own_outline.py [--split held_out] [--limit 12] [--agents 4] [--plan]
+                                   [--variants curated,default,briefs-only] [--no-single]
                                    [--max-tokens 1000] [--json PATH]
 """
 
@@ -31,7 +33,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -47,7 +48,6 @@ from scipy.stats import wilcoxon  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from agents.serving.models import DEFAULT_MODEL  # noqa: E402
-from agents.serving.policy import Request  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.tasks import (  # noqa: E402
     LONGFORM_SECTIONS,
@@ -57,6 +57,7 @@ from agents.tasks import (  # noqa: E402
     longform_tasks,
 )
 from agents.team.graph import GREEDY  # noqa: E402
+from agents.team.outline import plan_outline  # noqa: E402
 from learner.episode import EpisodeSetup, play  # noqa: E402
 
 # The default outline before it had leads (until 2026-11-28): four parts by their briefs alone
@@ -66,34 +67,19 @@ BRIEFS_ONLY = (
     "Main points: The core facts, arguments or steps, with one concrete example.\n"
     "Conclusion: What follows from it: consequences, open questions or advice."
 )
-PLAN_SYSTEM = "You write outlines, never articles."
-PLAN_ASK = (
-    'Outline a {n}-section article for this request: "{request}"\n'
-    "{n} lines, each `N. Heading: the points only this section covers`. Every section covers "
-    "different points; only section 1 introduces the subject. Nothing else."
-)
-PLAN_LINE = re.compile(r"^\s*\d+[.)]\s*\**([^:*\n]{2,60}?)\**\s*:\s*(\S.*)$")
 
 
-def plan_outline(client, request: str, n: int) -> tuple[Task | None, str, int, float]:
-    """The request as a person's own long-form task on the model's outline (None: the reply is
-    not n `Heading: brief` lines with distinct headings, which `longform_prompt_task` checks),
-    the reply as written, the planning call's output tokens and its seconds."""
+def planned_task(client, request: str, n: int) -> tuple[Task | None, str, int, float]:
+    """The request as a person's own long-form task on the model's outline
+    (`agents.team.outline.plan_outline`: one planning call, its reply held to JSON; None: not
+    n distinct headings), the reply as written, the planning call's output tokens and seconds."""
     start = time.perf_counter()
-    messages = [
-        {"role": "system", "content": PLAN_SYSTEM},
-        {"role": "user", "content": PLAN_ASK.format(n=n, request=request)},
-        {"role": "assistant", "content": "1."},  # the reply begins the numbered list
-    ]
-    done = client.generate([Request(messages, max_tokens=40 * n, stop=[f"\n{n + 1}."])])[0]
-    reply = "1." + done.text
-    lines = [m.groups() for m in map(PLAN_LINE.match, reply.splitlines()) if m]
+    lines, reply, tokens = plan_outline(client, request, n)
     planned = None
-    if len(lines) >= n:
-        outline = "\n".join(f"{h.strip()}: {b.strip()}" for h, b in lines[:n])
-        with contextlib.suppress(TaskError):  # two sections with the same heading
-            planned = longform_prompt_task(request, outline)
-    return planned, reply, done.completion_tokens, time.perf_counter() - start
+    if lines is not None:
+        with contextlib.suppress(TaskError):
+            planned = longform_prompt_task(request, lines)
+    return planned, reply, tokens, time.perf_counter() - start
 
 
 def measure(client, args) -> list[dict]:
@@ -113,16 +99,21 @@ def measure(client, args) -> list[dict]:
                 "default": (own, None, 0, 0.0),
                 "briefs-only": (briefs, None, 0, 0.0),
             }
+            variants = {k: v for k, v in variants.items() if k in args.variants}
             usable = True
             if args.plan:
-                planned, reply, tokens, seconds = plan_outline(
+                planned, reply, tokens, seconds = planned_task(
                     client, task.prompt, LONGFORM_SECTIONS
                 )
                 usable = planned is not None
                 planned = replace(planned or own, reference=task.reference)
                 variants["planned"] = (planned, reply, tokens, seconds)
             for variant, (t, reply, plan_tokens, plan_s) in variants.items():
-                for shape in ("parallel", "single") if variant != "planned" else ("parallel",):
+                for shape in (
+                    ("parallel", "single")
+                    if args.single and variant != "planned"
+                    else ("parallel",)
+                ):
                     agents = args.agents if shape == "parallel" else 1
                     setup = EpisodeSetup(t, shape, agents, sampling=sampling)
                     [played] = play(setup, client, db=db)
@@ -198,6 +189,15 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=12, help="long-form requests written")
     parser.add_argument("--agents", type=int, default=4, help="writers in the team (2-4)")
     parser.add_argument("--plan", action="store_true", help="also the model's own outline")
+    parser.add_argument(
+        "--variants",
+        default="curated,default,briefs-only",
+        type=lambda text: text.split(","),
+        help="which outlines besides the planned one (default curated,default,briefs-only)",
+    )
+    parser.add_argument(
+        "--no-single", dest="single", action="store_false", help="the team only, not single"
+    )
     parser.add_argument("--max-tokens", type=int, default=1000, help="per agent call")
     parser.add_argument("--vllm-url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="also write the rows and figures to this file")

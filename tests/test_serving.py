@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from agents.serving.policy import PolicyClient, PolicyError, Request
+from agents.team.outline import PLAN_MAX_TOKENS
 from tests.conftest import adapters_as_found, process_group_alive
 from tests.lora import train_lora
 
@@ -31,6 +32,21 @@ def test_a_repetition_penalty_reaches_the_server(policy):
         for p in (1.0, 1.8)
     )
     assert plain.lower().count("cat") > penalised.lower().count("cat")
+
+
+def test_a_plain_writing_request_is_planned_in_json_the_server_holds_it_to(policy):
+    """The planning call's reply is JSON of the plan's schema, whatever the small model would
+    rather write (asked for `Heading: brief` lines it wrote the article: evaluation-log)."""
+    import json
+
+    from agents.team.outline import plan_outline, plan_schema
+
+    lines, reply, tokens = plan_outline(policy, "A short guide to brewing good coffee at home")
+    if tokens < PLAN_MAX_TOKENS:  # not cut off: the grammar closed it, so it parses
+        sections = json.loads(reply)["sections"]
+        assert len(sections) == 4 and all(set(s) == {"heading", "brief"} for s in sections)
+    assert lines is None or len(lines.splitlines()) == 4
+    assert plan_schema(4)["properties"]["sections"]["minItems"] == 4
 
 
 def test_min_tokens_reaches_the_server_and_holds_off_the_end_of_a_begun_reply(policy):

@@ -78,6 +78,9 @@ class Request:
     # a stop decided on the text as it streams: given the completion so far, where it ends (a
     # position in it) or None to go on; the call is then ended and the text cut (`pieces_kept`)
     stop_when: Callable[[str], int | None] | None = field(default=None, repr=False)
+    # the reply must be JSON of this schema (vLLM's structured outputs: the server's grammar
+    # keeps every token inside it)
+    json_schema: dict | None = None
 
 
 def pieces_kept(
@@ -318,6 +321,11 @@ def _options(request: Request) -> dict:
     }
     if request.logprobs:
         options["logprobs"] = True
+    if request.json_schema is not None:
+        options["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "reply", "schema": request.json_schema},
+        }
     if body:
         options["extra_body"] = body
     return options

@@ -33,6 +33,67 @@ STYLE_SHEET = (
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s*(.+?)\s*#*\s*$", re.M)
 
 
+# A person's plain request (no sections named): one planning call writes the outline from it,
+# in JSON a grammar holds it to (the 0.5B model asked for `Heading: brief` lines wrote the
+# article instead, 12 of 12 times: docs/runs/evaluation-log.md)
+PLAN_SYSTEM = (
+    "You plan documents; you never write them. Split the request into {n} sections that each "
+    "cover a different part of what was asked, in reading order. Each heading names its part of "
+    "the subject in a few words; each brief says in one short phrase what only that section "
+    "explains."
+)
+PLAN_MAX_TOKENS = 320
+
+
+def plan_schema(n: int) -> dict:
+    """The JSON an outline of `n` sections is written in."""
+    section = {
+        "type": "object",
+        "properties": {
+            "heading": {"type": "string", "minLength": 2, "maxLength": 60},
+            "brief": {"type": "string", "minLength": 2, "maxLength": 140},
+        },
+        "required": ["heading", "brief"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "sections": {"type": "array", "items": section, "minItems": n, "maxItems": n}
+        },
+        "required": ["sections"],
+        "additionalProperties": False,
+    }
+
+
+def plan_outline(policy, request: str, n: int = 4) -> tuple[str | None, str, int]:
+    """The sections the model plans for a plain `request`, as `Heading: brief` lines (what
+    `agents.tasks.longform_prompt_task` takes; None when the plan is not `n` distinct headings:
+    the caller keeps the default outline), the planning call's reply and its output tokens."""
+    import json
+
+    from agents.serving.policy import Request
+
+    messages = [
+        {"role": "system", "content": PLAN_SYSTEM.format(n=n)},
+        {"role": "user", "content": f"Request: {request.strip()}\nPlan {n} sections."},
+    ]
+    ask = Request(messages, max_tokens=PLAN_MAX_TOKENS, json_schema=plan_schema(n))
+    [done] = policy.generate([ask])
+    try:
+        sections = json.loads(done.text)["sections"]
+        lines = [
+            f"{' '.join(s['heading'].split()).replace(':', ' -')}: {' '.join(s['brief'].split())}"
+            for s in sections
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError):  # cut off at the token limit
+        return None, done.text, done.completion_tokens
+    headings = {normalize(line.partition(":")[0]) for line in lines}
+    if len(lines) != n or len(headings) != n or "" in headings:
+        return None, done.text, done.completion_tokens
+    return "\n".join(lines), done.text, done.completion_tokens
+
+
 def outline_of(task: Task) -> list[dict]:
     """The task's sections: [{"heading": ..., "brief": ...}, ...] in document order."""
     if task.form != "longform":
