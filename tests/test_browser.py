@@ -287,8 +287,8 @@ def test_history_lists_filters_and_opens_an_episode(app, page):
         assert box is not None and box["x"] + box["width"] <= width, (column, box, width)
     for header in page.locator("#history-table th").all():  # no word broken, no header wrapped
         assert header.evaluate(LINES) == 1, header.inner_text()
-    for word in ("finished", "coding"):
-        assert page.locator("#history-table td", has_text=word).first.evaluate(LINES) == 1, word
+    status = page.locator("#history-table td", has_text="finished").first
+    assert status.evaluate(LINES) <= 2, status.inner_text()  # "finished, not passed" may wrap
     with store.open_db(app.db) as db:  # the episodes the tests above ran
         newest = store.list_episodes(db, limit=1)[0]["id"]
     set_number(page, "history-episode", newest)
