@@ -41,12 +41,7 @@ from agents.tasks import Task, split_tasks
 from agents.team.crossing import recombine
 from agents.team.feedback import checker_for
 from agents.team.graph import Sampling
-from learner.class_train import (
-    class_training_problems,
-    cross_classes,
-    play_classes,
-    reward_parts,
-)
+from learner.class_train import class_training_problems, cross_classes, play_classes, reward_parts
 from learner.config import CROSS_WORKERS, TrainArgs
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import SAMPLED_SHARES
