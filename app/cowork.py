@@ -277,7 +277,8 @@ class CoworkTab:
                 self.plan_sections,
                 self.prompt,
                 self.sections,
-                concurrency_id="episodes",
+                concurrency_id="episodes",  # a model call: it waits its turn with the episodes
+                concurrency_limit=EPISODE_SLOTS,
                 api_name=self.results.api("plan"),
             )
         for trigger in (self.shape, self.size):

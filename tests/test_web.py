@@ -552,7 +552,8 @@ def test_admin_password_comes_from_a_file_or_the_environment(tmp_path, monkeypat
 def test_the_whole_page_builds_with_a_queue_for_episodes(ctx):
     demo = build_app(ctx)
     runs = [d for d in demo.fns.values() if d.concurrency_id == "episodes"]
-    assert len(runs) == 2 and all(d.concurrency_limit == 4 for d in runs)
+    # the two Run buttons and Co-write's planning call: model calls, four at a time
+    assert len(runs) == 3 and all(d.concurrency_limit == 4 for d in runs)
 
 
 def test_running_and_rating_are_named_in_the_http_api_and_admin_is_not(ctx):
