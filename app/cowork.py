@@ -159,7 +159,8 @@ class CoworkTab:
                 elem_id=self.id("sections"),
             )
             self.plan = gr.Button(
-                "Plan the sections from my request (a model call; then edit each brief: what only it covers)",
+                "Plan the sections from my request (a model call; then edit each brief: what "
+                "only it covers)",
                 size="sm",
                 visible=self.first_source == "own_longform",
                 elem_id=self.id("plan"),
