@@ -31,7 +31,7 @@ def display_code(text: str) -> str:
 
 def tests_markdown(episode: LiveEpisode | LiveClass) -> str:
     """Which test asserts passed, with the messages of those that did not; for a class, which
-    test classes passed, whose methods they test and how the reward was made."""
+    test classes passed and whose methods they test."""
     if isinstance(episode, LiveClass):
         return class_markdown(episode)
     task = episode.run.task
@@ -47,7 +47,7 @@ def tests_markdown(episode: LiveEpisode | LiveClass) -> str:
 
 def class_markdown(episode: LiveClass) -> str:
     """A class episode's verdict: each test class, the method it tests, who wrote it, its tests
-    passed and its first failure; what the environment wrote; the reward, a line a part."""
+    passed and its first failure; what the environment wrote, and what it dropped."""
     result = episode.result
     if result is None:
         return "Tests: not run (the episode did not finish)."
