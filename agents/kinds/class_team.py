@@ -395,7 +395,7 @@ def class_graph(team: ClassTeam):
         get_stream_writer()(
             {
                 "event": "turn_end", "turn": turn, "success": verdict.all_passed, "done": done,
-                "revision": discussion and turn == 0, "failing": [
+                "failing": [
                     _failing(team, a, verdict) if a in written else []
                     for a in range(len(team.dealt))
                 ],
