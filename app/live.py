@@ -82,8 +82,54 @@ class Pane:
         return self.role.title
 
 
+class LiveView:
+    """What the page reads of any episode as it runs (`LiveEpisode`, `LiveClass`): its tokens so
+    far, its seconds, its latest verdict."""
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.panes)
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def success(self) -> bool | None:
+        return self.verdicts[-1]["success"] if self.verdicts else None
+
+    def ended_by(self, event: dict) -> bool:
+        """Fold the events every kind of episode ends with (`failed`, then `closed`); False for
+        any other."""
+        if event["event"] == "failed":
+            self.error = event["error"]
+        elif event["event"] == "closed":
+            self.finished = True
+        else:
+            return False
+        self.ended = self.ended or time.monotonic()
+        return True
+
+    def status_head(self, unnamed: str) -> tuple[str, bool]:
+        """The status line's head and whether the team is done: the whole line while it runs
+        or after it failed; once done, the verdict in words, who, the turns and the cost."""
+        who = f"episode {self.episode_id}" if self.episode_id else unnamed
+        team = f"{self.run.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        cost = f"{self.seconds:.1f} s · {self.tokens} tokens ({rate:.0f} tok/s)"
+        if self.error:
+            return f"✗ {who} failed after {cost}: {self.error}", False
+        if self.result is None:
+            turn = f"turn {self.turn + 1} of {self.run.turns}"
+            return f"Running: {who} ({team}) · {turn} · {cost}", False
+        mark = "✓" if self.result.success else "⚠"
+        turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
+        verdict = verdict_words("ok", self.result.success)
+        return f"{mark} {verdict}: {who} ({team}) · {turns} · {cost}", True
+
+
 @dataclass
-class LiveEpisode:
+class LiveEpisode(LiveView):
     """A team's episode as far as it has got. `finished` once the thread is done with it."""
 
     run: EpisodeSetup
@@ -113,20 +159,10 @@ class LiveEpisode:
     def kind(self) -> str:
         return self.run.task.kind
 
-    @property
-    def tokens(self) -> int:
-        return sum(p.tokens for p in self.panes)
-
-    @property
-    def seconds(self) -> float:
-        return (self.ended or time.monotonic()) - self.started
-
-    @property
-    def success(self) -> bool | None:
-        return self.verdicts[-1]["success"] if self.verdicts else None
-
     def apply(self, event: dict) -> None:
         """Fold one event from `run_episode` (or from the scoring after it) into the view."""
+        if self.ended_by(event):
+            return
         kind = event["event"]
         pane = self.panes[event["agent"]] if "agent" in event else None
         if kind == "episode_start":
@@ -156,12 +192,6 @@ class LiveEpisode:
             self.reward, self.tests, self.note = event["reward"], event["tests"], event["note"]
             self.repeats = event["repeats"]
             self.components, self.weights = event["components"], event["weights"]
-        elif kind == "failed":
-            self.error = event["error"]
-            self.ended = self.ended or time.monotonic()
-        elif kind == "closed":
-            self.finished = True
-            self.ended = self.ended or time.monotonic()
 
     def cut_notes(self) -> list[str]:
         """Who stopped at a token cap: the run's (a person can raise it) or, for a long-form
@@ -187,19 +217,10 @@ class LiveEpisode:
 
     def status(self) -> str:
         """One line for the page: where the episode is, its time and tokens."""
-        who = f"episode {self.episode_id}" if self.episode_id else "starting"
-        team = f"{self.run.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
-        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
-        cost = f"{self.seconds:.1f} s · {self.tokens} tokens ({rate:.0f} tok/s)"
-        if self.error:
-            return f"✗ {who} failed after {cost}: {self.error}"
-        if self.result is None:
-            return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
-        verdict = (
-            f"{'✓' if self.result.success else '⚠'} {verdict_words('ok', self.result.success)}"
-        )
-        turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
-        parts = [f"{verdict}: {who} ({team}) · {turns} · {cost}"]
+        head, done = self.status_head("starting")
+        if not done:
+            return head
+        parts = [head]
         if self.tests is not None:
             parts.append(f"tests {self.tests.passed}/{self.tests.total} passed")
         if self.reward is not None:
@@ -272,7 +293,7 @@ class ClassPane:
 
 
 @dataclass
-class LiveClass:
+class LiveClass(LiveView):
     """A class team's episode as far as it has got (the page's view, as `LiveEpisode` for one
     function or a document)."""
 
@@ -299,19 +320,10 @@ class LiveClass:
         panes = zip(run.dealt, run.adapter_names(), strict=True)
         return cls(run, [ClassPane(methods, adapter) for methods, adapter in panes])
 
-    @property
-    def tokens(self) -> int:
-        return sum(p.tokens for p in self.panes)
-
-    @property
-    def seconds(self) -> float:
-        return (self.ended or time.monotonic()) - self.started
-
-    @property
-    def success(self) -> bool | None:
-        return self.verdicts[-1]["success"] if self.verdicts else None
-
     def apply(self, event: dict) -> None:
+        """Fold one event of `run_class_episode` (or of the scoring after it) into the view."""
+        if self.ended_by(event):
+            return
         kind = event["event"]
         pane = self.panes[event["agent"]] if "agent" in event else None
         if kind == "agent_start":
@@ -342,30 +354,17 @@ class LiveClass:
         elif kind == "scored":
             self.reward, self.episode_id = event["reward"], event["episode_id"]
             self.components, self.weights = event["components"], event["weights"]
-        elif kind == "failed":
-            self.error = event["error"]
-            self.ended = self.ended or time.monotonic()
-        elif kind == "closed":
-            self.finished = True
-            self.ended = self.ended or time.monotonic()
 
     def status(self) -> str:
         """One line for the page: where the episode is; at the end, the verdict in the words
         of every other episode ("passed": every test class of the class passed), the critical
         path and the reward."""
-        who = f"episode {self.episode_id}" if self.episode_id else "class episode"
-        team = f"{self.run.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
-        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
-        cost = f"{self.seconds:.1f} s · {self.tokens} tokens ({rate:.0f} tok/s)"
-        if self.error:
-            return f"✗ {who} failed after {cost}: {self.error}"
-        if self.result is None:
-            return f"Running: {who} ({team}) · turn {self.turn + 1} of {self.run.turns} · {cost}"
+        head, done = self.status_head("class episode")
+        if not done:
+            return head
         verdict = self.result.verdict
-        mark = "✓" if self.result.success else "⚠"
-        turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
         parts = [
-            f"{mark} {verdict_words('ok', self.result.success)}: {who} ({team}) · {turns} · {cost}",
+            head,
             f"test classes {verdict.classes_passed}/{len(verdict.test_classes)} passed",
             f"critical path {self.result.critical_path_tokens} tokens",
         ]
