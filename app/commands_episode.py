@@ -204,7 +204,12 @@ def class_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from agents.kinds.class_team import CLASS_MAX_TOKENS, class_reward, run_class_episode
+    from agents.kinds.class_team import (
+        CLASS_MAX_TOKENS,
+        class_reward,
+        run_class_episode,
+        team_size,
+    )
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
     from app.live import verdict_words
@@ -224,7 +229,7 @@ def class_episode(args: argparse.Namespace) -> int:
             if not agent.isdigit() or not 1 <= int(agent) <= 4 or not name:
                 raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
             named[int(agent) - 1] = name
-        size = 1 if args.shape.startswith("single") else min(args.agents or 2, len(problem.methods))
+        size = team_size(problem, args.shape, args.agents or 2)
 
         def show(event: dict) -> None:
             if event["event"] == "agent_start":

@@ -26,8 +26,14 @@ from pathlib import Path
 
 import store
 from agents.judge.testrun import TestReport
-from agents.kinds.class_team import CLASS_SHAPES, ClassEpisode, class_reward, run_class_episode
-from agents.kinds.classes import ClassProblem, ClassProblemError, deal
+from agents.kinds.class_team import (
+    ClassEpisode,
+    check_class_team,
+    class_reward,
+    run_class_episode,
+    team_size,
+)
+from agents.kinds.classes import ClassProblem, deal
 from agents.serving.policy import PolicyError
 from agents.tasks import TaskError
 from agents.team.graph import Policy, Sampling
@@ -257,14 +263,8 @@ class ClassRun:
     def check(self) -> ClassRun:
         """The run as it will be played, its team no larger than the class's methods; raises
         with what to change."""
-        if self.shape not in CLASS_SHAPES:
-            raise ClassProblemError(
-                f"{self.shape!r} is not a class team's shape: pick one of {', '.join(CLASS_SHAPES)}"
-            )
-        if self.shape == "one_round_discussion" and self.turns != 1:
-            raise ClassProblemError("a one-round discussion is one turn: set “Turns at most” to 1")
-        size = 1 if self.shape.startswith("single") else min(self.agents, len(self.problem.methods))
-        return replace(self, agents=size)
+        check_class_team(self.shape, self.turns)
+        return replace(self, agents=team_size(self.problem, self.shape, self.agents))
 
     @property
     def dealt(self) -> list[list[str]]:

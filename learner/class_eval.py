@@ -30,11 +30,10 @@ import json
 import statistics
 from pathlib import Path
 
-from agents.kinds.class_team import CLASS_SHAPES, run_class_episode
+from agents.kinds.class_team import CLASS_SHAPES, SINGLE_FORMS, run_class_episode, team_size
 from agents.kinds.classes import class_splits
 from learner.config import BASE_VARIANT
 
-SINGLE_FORMS = ("single", "single_incremental")
 SPLITS = {"heldout": "held_out", "train": "train", "all": None}
 
 
@@ -165,12 +164,6 @@ def labelled(shape: str, variant: str) -> str:
 
 def label(row: dict) -> str:
     return labelled(row["shape"], row.get("variant", BASE_VARIANT))
-
-
-def team_size(problem, shape: str, agents: int) -> int:
-    """The agents a shape has on a class: one for the single forms, else `agents`, never more
-    than the class's methods."""
-    return 1 if shape in SINGLE_FORMS else min(agents, len(problem.methods))
 
 
 def _per_class(rows: list[dict], shape: str) -> dict[str, dict]:

@@ -32,6 +32,7 @@ from agents.kinds.classes import (
 
 # -- the class team ------------------------------------------------------------------------------
 
+SINGLE_FORMS = ("single", "single_incremental")  # one agent writes every method
 CLASS_SHAPES = (
     "single",
     "single_incremental",
@@ -433,6 +434,24 @@ def class_graph(team: ClassTeam):
     return graph.compile()
 
 
+def check_class_team(shape: str, turns: int) -> None:
+    """Refuse a class team that cannot be run, saying what to change."""
+    if shape not in CLASS_SHAPES:
+        raise ClassProblemError(
+            f"{shape!r} is not a class team's shape: pick one of {', '.join(CLASS_SHAPES)}"
+        )
+    if shape == "one_round_discussion" and turns != 1:
+        raise ClassProblemError(
+            "a one-round discussion is one turn (drafts, then revisions): set the turns to 1"
+        )
+
+
+def team_size(problem: ClassProblem, shape: str, agents: int) -> int:
+    """The agents a shape has on a class: one for the single forms, else `agents`, never more
+    than the class's methods."""
+    return 1 if shape in SINGLE_FORMS else min(agents, len(problem.methods))
+
+
 def run_class_episode(
     problem: ClassProblem,
     policy,
@@ -453,12 +472,8 @@ def run_class_episode(
     budget per method and the same judge."""
     import time
 
-    if shape not in CLASS_SHAPES:
-        raise ClassProblemError(f"unknown class shape {shape!r}: {', '.join(CLASS_SHAPES)}")
-    if shape == "one_round_discussion" and turns != 1:
-        raise ClassProblemError("a one-round discussion is one turn: drafts, then revisions")
-    size = 1 if shape.startswith("single") else agents
-    dealt = deal(problem, size)
+    check_class_team(shape, turns)
+    dealt = deal(problem, team_size(problem, shape, agents))
     adapters = list(adapters or []) + [None] * len(dealt)
     team = ClassTeam(
         problem, shape, dealt, adapters[: len(dealt)], policy, temperature, top_p, max_tokens,

@@ -213,8 +213,8 @@ def deal(problem: ClassProblem, agents: int) -> list[list[str]]:
             if owner[a] == owner[b]:
                 continue
             owner[a], owner[b] = owner[b], owner[a]
-            if apart() > best:
-                best, improved = apart(), True
+            if (score := apart()) > best:
+                best, improved = score, True
                 break
             owner[a], owner[b] = owner[b], owner[a]
     return [[m for m in problem.methods if owner[m] == k] for k in range(agents)]
