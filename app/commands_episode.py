@@ -114,7 +114,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.serving.policy import PolicyError
     from agents.serving.server import ServerError
     from agents.tasks import find_task
-    from agents.team.graph import GREEDY, Sampling
+    from agents.team.graph import TeamSettings
     from agents.team.roles import default_max_tokens, load_prompts
     from app.live import verdict_words
     from learner.episode import EpisodeSetup, ScoringError, play
@@ -140,20 +140,13 @@ def cmd_episode(args: argparse.Namespace) -> int:
             if not agent.isdigit() or int(agent) < 1 or not name:
                 raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
             adapters[int(agent) - 1] = name
-        base = GREEDY if args.greedy else Sampling()
-        sampling = Sampling(
-            temperature=base.temperature if args.temperature is None else args.temperature,
-            top_p=base.top_p if args.top_p is None else args.top_p,
-            max_tokens=args.max_tokens or default_max_tokens(task.form),
-            seed=args.seed,
-        )
+        sampling = asked_sampling(args, default_max_tokens(task.form))
         prompts = load_prompts(args.roles_file) if args.roles_file else None
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
             adapters = serving_team(args, policy, adapters)
-            setup = EpisodeSetup(
-                task, args.shape, args.agents, args.turns, adapters, sampling, prompts
-            )
+            team = TeamSettings(args.shape, args.agents, args.turns, adapters, sampling, prompts)
+            setup = EpisodeSetup(task, team)
             # a coding task's tests run in the sandbox, as on the page; the reward is recorded
             on_event = None if args.json else EpisodePrinter()
             [played] = play(setup, policy, db=args.db, on_event=on_event)
@@ -197,6 +190,21 @@ def prepare_episode(args: argparse.Namespace) -> None:
     allow_weak_sandbox(args)
 
 
+def asked_sampling(args: argparse.Namespace, max_tokens: int):
+    """How `coteam episode` samples: --greedy or the app's way (T = 0.8, top-p 0.95), either
+    with --temperature and --top-p where given; --max-tokens, else the kind of work's
+    `max_tokens`; --seed."""
+    from agents.team.graph import GREEDY, Sampling
+
+    base = GREEDY if args.greedy else Sampling()
+    return Sampling(
+        temperature=base.temperature if args.temperature is None else args.temperature,
+        top_p=base.top_p if args.top_p is None else args.top_p,
+        max_tokens=args.max_tokens or max_tokens,
+        seed=args.seed,
+    )
+
+
 def class_episode(args: argparse.Namespace) -> int:
     """`coteam episode --task class`: a class team's episode (agents/kinds/classes.py), streamed
     or as JSON, recorded in the database with its reward (learner/class_train.py); the class
@@ -212,6 +220,7 @@ def class_episode(args: argparse.Namespace) -> int:
     )
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
+    from agents.team.graph import TeamSettings
     from app.live import verdict_words
     from learner.class_train import CLASS_WEIGHTS, record_class_episode
 
@@ -242,13 +251,10 @@ def class_episode(args: argparse.Namespace) -> int:
             policy = episode_policy(args, stack)
             team = serving_team(args, policy, named, size)
             adapters = [team.get(agent) for agent in range(size)]
-            episode = run_class_episode(
-                problem, policy, shape=args.shape, agents=args.agents or 2, adapters=adapters,
-                temperature=0.0 if args.greedy else (args.temperature or 0.8),
-                top_p=1.0 if args.greedy else (args.top_p or 0.95),
-                max_tokens=args.max_tokens or CLASS_MAX_TOKENS, seed=args.seed, turns=args.turns,
-                on_event=None if args.json or args.shape == "parallel" else show,
-            )  # fmt: skip
+            sampling = asked_sampling(args, CLASS_MAX_TOKENS)
+            played_by = TeamSettings(args.shape, size, args.turns, adapters, sampling)
+            on_event = None if args.json or args.shape == "parallel" else show
+            episode = run_class_episode(problem, policy, played_by, on_event=on_event)
         scored = class_reward(episode, CLASS_WEIGHTS)
         episode_id = record_class_episode(args.db, episode, scored, adapters)
     except (OSError, ValueError, PolicyError) as e:

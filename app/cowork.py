@@ -22,7 +22,7 @@ import gradio as gr
 
 from agents.kinds.class_team import CLASS_SHAPES
 from agents.tasks import LONGFORM_SECTIONS
-from agents.team.graph import Sampling
+from agents.team.graph import Sampling, TeamSettings
 from agents.team.outline import plan_outline
 from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES, size_from_setting
 from app.context import AppContext
@@ -458,8 +458,9 @@ class CoworkTab:
         if f[self.source] in CLASS_SOURCES:
             work = "class"
             problem = chosen_class(f[self.source], f[self.problem], f[self.prompt], f[self.tests])
+            size, turns = int(f[self.size]), int(f[self.turns])
             runs = [
-                ClassRun(problem, shape, int(f[self.size]), int(f[self.turns]), sampling).check()
+                ClassRun(problem, TeamSettings(shape, size, turns, None, sampling)).check()
                 for shape, _ in teams
             ]
         else:
@@ -471,10 +472,11 @@ class CoworkTab:
                 "again (a managed one restarts by itself: a minute or more on a busy CPU) and "
                 "retry; everything already saved is kept"
             )
-        return [
-            replace(run, adapters=resolve_adapters(self.ctx, adapters, run.agents, work))
-            for run, (_, adapters) in zip(runs, teams, strict=True)
-        ]
+        resolved = []
+        for run, (_, names) in zip(runs, teams, strict=True):
+            adapters = resolve_adapters(self.ctx, names, run.team.agents, work)
+            resolved.append(replace(run, team=replace(run.team, adapters=adapters)))
+        return resolved
 
     def task_runs(self, f: dict, shapes: list[str], sampling: Sampling) -> list[EpisodeSetup]:
         """A team of each shape on the form's function or document, with the edited roles."""
@@ -494,7 +496,8 @@ class CoworkTab:
         runs = []
         for shape in shapes:
             size = size_from_setting(shape, f[self.size])
-            run = EpisodeSetup(task, shape, size, int(f[self.turns]), None, sampling, edits or None)
+            team = TeamSettings(shape, size, int(f[self.turns]), None, sampling, edits or None)
+            run = EpisodeSetup(task, team)
             run.roles()  # a bad combination is refused before anything runs
             runs.append(run)
         return runs

@@ -343,7 +343,7 @@ class ResultsArea:
             for view in self.ab_views:
                 updates[view] = ""
             return updates
-        size = runs[0].agents
+        size = runs[0].team.agents
         for i in range(MAX_PANES):
             updates[self.pane_boxes[i]] = gr.update(visible=i < size)
             updates[self.panes[i]] = gr.update(value="", label=f"Agent {i + 1}")
@@ -379,7 +379,7 @@ class ResultsArea:
         ):
             adapters = ", ".join(p.adapter or "base" for p in episode.panes)
             lines = [
-                f"**Team {side}**: {episode.run.shape} · adapters {adapters}",
+                f"**Team {side}**: {episode.run.team.shape} · adapters {adapters}",
                 episode.status(),
             ]
             if episode.finished and episode.result is not None and not episode.error:

@@ -29,6 +29,7 @@ from agents.judge.testrun import TestReport
 from agents.kinds.class_team import (
     ClassEpisode,
     check_class_team,
+    class_adapters,
     class_reward,
     run_class_episode,
     team_size,
@@ -36,7 +37,7 @@ from agents.kinds.class_team import (
 from agents.kinds.classes import ClassProblem, deal
 from agents.serving.policy import PolicyError
 from agents.tasks import TaskError
-from agents.team.graph import Policy, Sampling
+from agents.team.graph import Policy, TeamSettings
 from agents.team.result import EpisodeResult
 from agents.team.roles import Role, token_share
 from learner.episode import EpisodeSetup, ScoringError, play
@@ -120,13 +121,13 @@ class LiveView:
         """The status line's head and whether the team is done: the whole line while it runs
         or after it failed; once done, the verdict in words, who, the turns and the cost."""
         who = f"episode {self.episode_id}" if self.episode_id else unnamed
-        team = f"{self.run.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
+        team = f"{self.run.team.shape}, {len(self.panes)} agent{'s' * (len(self.panes) > 1)}"
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         cost = f"{self.seconds:.1f} s · {self.tokens} tokens ({rate:.0f} tok/s)"
         if self.error:
             return f"✗ {who} failed after {cost}: {self.error}", False
         if self.result is None:
-            turn = f"turn {self.turn + 1} of {self.run.turns}"
+            turn = f"turn {self.turn + 1} of {self.run.team.turns}"
             return f"Running: {who} ({team}) · {turn} · {cost}", False
         mark = "✓" if self.result.success else "⚠"
         turns = f"{self.result.turns} turn{'s' * (self.result.turns > 1)}"
@@ -202,7 +203,7 @@ class LiveEpisode(LiveView):
     def cut_notes(self) -> list[str]:
         """Who stopped at a token cap: the run's (a person can raise it) or, for a long-form
         writer, its own share (the upper end of its words: it ran past its target, often a loop)."""
-        cap = self.run.sampling.max_tokens
+        cap = self.run.team.sampling.max_tokens
         shares = [token_share(pane.role) for pane in self.panes]
         at_cap = [i for i, p in enumerate(self.panes) if p.cut_off and (shares[i] or cap) >= cap]
         at_share = [i for i, p in enumerate(self.panes) if p.cut_off and i not in at_cap]
@@ -250,28 +251,26 @@ def _agents(indices: list[int]) -> str:
 
 @dataclass(frozen=True)
 class ClassRun:
-    """A class team as the form describes it: the class, the shape, how many agents, their
-    adapters (None: the base model), the turns and how they sample (agents/kinds/class_team.py)."""
+    """A class team as the form describes it: the class and the team (agents/team/graph.py
+    `TeamSettings`: shape, how many agents, turns, adapters, sampling), as `EpisodeSetup` is for
+    one function or a document."""
 
     problem: ClassProblem
-    shape: str
-    agents: int
-    turns: int = 1
-    sampling: Sampling = field(default_factory=Sampling)
-    adapters: tuple[str | None, ...] = ()
+    team: TeamSettings
 
     def check(self) -> ClassRun:
         """The run as it will be played, its team no larger than the class's methods; raises
         with what to change."""
-        check_class_team(self.shape, self.turns)
-        return replace(self, agents=team_size(self.problem, self.shape, self.agents))
+        check_class_team(self.team.shape, self.team.turns)
+        size = team_size(self.problem, self.team.shape, self.team.agents)
+        return replace(self, team=replace(self.team, agents=size))
 
     @property
     def dealt(self) -> list[list[str]]:
-        return deal(self.problem, self.agents)
+        return deal(self.problem, self.team.agents)
 
     def adapter_names(self) -> list[str | None]:
-        return (list(self.adapters) + [None] * self.agents)[: self.agents]
+        return class_adapters(self.team, self.team.agents)
 
 
 @dataclass
@@ -387,12 +386,8 @@ def play_class_live(run: ClassRun, policy: Policy, db_path, put) -> None:
         reward_parts,
     )
 
-    sampling = run.sampling
-    episode = run_class_episode(
-        run.problem, policy, shape=run.shape, agents=run.agents, adapters=run.adapter_names(),
-        temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
-        seed=sampling.seed, turns=run.turns, on_event=put,
-    )  # fmt: skip
+    sampling = run.team.sampling
+    episode = run_class_episode(run.problem, policy, run.team, on_event=put)
     put({"event": "episode_end", "episode": episode})
     scored = class_reward(episode, CLASS_WEIGHTS)
     episode_id = record_class_episode(

@@ -61,7 +61,7 @@ from agents.serving.server import machine  # noqa: E402
 from agents.tasks import Task  # noqa: E402
 from agents.team.combine import combine_code, extract_code  # noqa: E402
 from agents.team.episode import make_team
-from agents.team.graph import initial_state, observe  # noqa: E402
+from agents.team.graph import TeamSettings, initial_state, observe  # noqa: E402
 from agents.team.roles import Role  # noqa: E402
 from learner.coding_reward import coding_reward  # noqa: E402
 from learner.config import (  # noqa: E402
@@ -90,7 +90,7 @@ def bench_tasks(count: int) -> list[Task]:
 
 def team_view(task: Task, shape: str, agents: int) -> tuple[list[Role], list[list[dict]]]:
     """The team's roles and each agent's first observation (chat messages) on `task`."""
-    team = make_team(task, None, shape=shape, agents=agents)
+    team = make_team(task, None, TeamSettings(shape=shape, agents=agents))
     state = initial_state(team)
     return team.roles, [observe(team, state, i) for i in range(team.size)]
 

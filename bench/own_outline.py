@@ -56,7 +56,7 @@ from agents.tasks import (  # noqa: E402
     longform_prompt_task,
     longform_tasks,
 )
-from agents.team.graph import GREEDY  # noqa: E402
+from agents.team.graph import GREEDY, TeamSettings  # noqa: E402
 from agents.team.outline import plan_outline  # noqa: E402
 from learner.episode import EpisodeSetup, play  # noqa: E402
 
@@ -115,7 +115,7 @@ def measure(client, args) -> list[dict]:
                     else ("parallel",)
                 ):
                     agents = args.agents if shape == "parallel" else 1
-                    setup = EpisodeSetup(t, shape, agents, sampling=sampling)
+                    setup = EpisodeSetup(t, TeamSettings(shape, agents, sampling=sampling))
                     [played] = play(setup, client, db=db)
                     result, c = played.result, played.scored.components
                     rows.append(

@@ -100,7 +100,7 @@ from agents.judge.parsing import parse  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
 from agents.team.combine import extract_code  # noqa: E402
-from agents.team.graph import GREEDY, Sampling  # noqa: E402
+from agents.team.graph import GREEDY, Sampling, TeamSettings  # noqa: E402
 from learner.config import (  # noqa: E402
     GateSettings,
     MAGRPOConfig,
@@ -211,7 +211,7 @@ def thumb(rater: str, has, output: str, rng: random.Random) -> int:
 def team(task, sampling: Sampling, adapters=None) -> EpisodeSetup:
     """The team the experiment rates: two agents in parallel (`play` checks a coding team's
     program by its tests in the sandbox)."""
-    return EpisodeSetup(task, agents=AGENTS, adapters=adapters, sampling=sampling)
+    return EpisodeSetup(task, TeamSettings(agents=AGENTS, adapters=adapters, sampling=sampling))
 
 
 def measure(client, adapters, tasks, db_path, args, has) -> list[dict]:

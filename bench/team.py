@@ -25,7 +25,7 @@ from agents.serving.models import DEFAULT_MODEL  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.tasks import humaneval_task  # noqa: E402
 from agents.team.episode import run_episode  # noqa: E402
-from agents.team.graph import Sampling  # noqa: E402
+from agents.team.graph import Sampling, TeamSettings  # noqa: E402
 
 SHAPES = {"single": 1, "parallel": 2}
 
@@ -33,16 +33,16 @@ SHAPES = {"single": 1, "parallel": 2}
 def measure(policy, problems: list[int], repeats: int, max_tokens: int, db: Path) -> list[dict]:
     sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
     rows = []
-    run_episode(humaneval_task(problems[0]), policy, shape="single", sampling=sampling, db=db)
+    run_episode(
+        humaneval_task(problems[0]), policy, TeamSettings(shape="single", sampling=sampling), db=db
+    )
     for repeat in range(repeats):
         for problem in problems:
             for shape, size in SHAPES.items():
                 result = run_episode(
                     humaneval_task(problem),
                     policy,
-                    shape=shape,
-                    agents=size,
-                    sampling=sampling,
+                    TeamSettings(shape=shape, agents=size, sampling=sampling),
                     db=db,
                 )
                 tokens = sum(s["completion_tokens"] for s in result.steps)

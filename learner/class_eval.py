@@ -30,8 +30,14 @@ import json
 import statistics
 from pathlib import Path
 
-from agents.kinds.class_team import CLASS_SHAPES, SINGLE_FORMS, run_class_episode, team_size
+from agents.kinds.class_team import (
+    CLASS_SHAPES,
+    SINGLE_FORMS,
+    run_class_episode,
+    team_size,
+)
 from agents.kinds.classes import class_splits
+from agents.team.graph import TeamSettings, judged_sampling
 from learner.config import BASE_VARIANT
 
 SPLITS = {"heldout": "held_out", "train": "train", "all": None}
@@ -95,14 +101,11 @@ def run_class_eval(
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc="class episodes", unit="episode")
-    greedy = samples == 1
     with path.open("a", encoding="utf-8") as f:
         for problem, shape, variant, sample in jobs:
-            episode = run_class_episode(
-                problem, policy, shape=shape, agents=agents, adapters=list(variants[variant]),
-                temperature=0.0 if greedy else 0.8, top_p=1.0 if greedy else 0.95,
-                max_tokens=max_tokens, seed=None if greedy else 1000 * sample, turns=turns,
-            )  # fmt: skip
+            sampling = judged_sampling(samples, max_tokens, seed=1000 * sample)
+            team = TeamSettings(shape, agents, turns, variants[variant], sampling)
+            episode = run_class_episode(problem, policy, team)
             row = episode.summary() | {
                 "sample": sample, "turns": turns, "variant": variant,
                 "adapters": list(variants[variant]),

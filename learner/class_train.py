@@ -27,11 +27,13 @@ import store
 from agents.kinds.class_team import (
     ClassEpisode,
     ClassRewardWeights,
+    class_adapters,
     class_reward,
     recombine_classes,
     run_class_episode,
 )
 from agents.kinds.classes import ClassProblem, class_problem, class_splits, user_class_problem
+from agents.team.graph import TeamSettings, judged_sampling
 from learner.config import CROSS_WORKERS
 from store.adapters import recorded_version
 
@@ -49,35 +51,34 @@ def class_validation_problems(fold: str | None, limit: int) -> list[ClassProblem
     return class_splits(fold)["validation"][:limit]
 
 
+def trained_shape(agents: int) -> str:
+    """The shape a class run trains: the parallel team, or with one agent `single` (every method
+    from the skeleton alone: the team's control, trained by GRPO)."""
+    return "single" if agents == 1 else "parallel"
+
+
 def play_classes(
     problem: ClassProblem,
     policy,
     samples: int,
+    settings: TeamSettings,
     *,
-    agents: int,
-    adapters: list[str | None],
-    sampling,
-    turns: int = 1,
     db_path: str | Path | None = None,
-    seed: int | None = None,
 ) -> list[tuple[ClassEpisode, dict]]:
-    """`samples` episodes of the class team on `problem` at once (a MAGRPO group: their calls
-    reach the server together), each scored by `class_reward` and, given `db_path`, recorded with
-    one group id. Sample g is seeded `seed + 100 g` when `seed` is given. One agent is the
-    `single` shape (every method from the skeleton alone: the team's control, trained by GRPO)."""
+    """`samples` episodes of the class team `settings` describes on `problem` at once (a MAGRPO
+    group: their calls reach the server together; sample g plays `settings.for_sample(g)`),
+    each scored by `class_reward` and, given `db_path`, recorded with one group id."""
     group_id = uuid.uuid4().hex
 
     def one(g: int) -> tuple[ClassEpisode, dict]:
-        episode = run_class_episode(
-            problem, policy, shape="single" if agents == 1 else "parallel", agents=agents,
-            adapters=adapters,
-            temperature=sampling.temperature, top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens, seed=None if seed is None else seed + 100 * g,
-            turns=turns, logprobs=sampling.logprobs,
-        )  # fmt: skip
+        played_by = settings.for_sample(g)
+        episode = run_class_episode(problem, policy, played_by)
         scored = class_reward(episode, CLASS_WEIGHTS)
         if db_path is not None:
-            record_class_episode(db_path, episode, scored, adapters, group_id, g, sampling)
+            adapters = class_adapters(played_by, len(episode.dealt))
+            record_class_episode(
+                db_path, episode, scored, adapters, group_id, g, played_by.sampling
+            )
         return episode, scored
 
     with ThreadPoolExecutor(max_workers=samples) as pool:
@@ -205,23 +206,16 @@ def class_paired_scores(
     (or `settings.samples` sampled answers, the same seeds for both teams); a class's figures
     are its answers' means: the joint reward and the share of its test classes passed, per team
     ([candidate's, serving's] each)."""
-    from agents.team.graph import Sampling
-
     k = settings.samples
     total, done, lock = 2 * len(problems), 0, threading.Lock()
 
     def one(job):
         nonlocal done
         team, index = job
-        # greedy, or as the app samples (T = 0.8, top-p 0.95), seeded by the class
-        sampling = Sampling(max_tokens=settings.max_tokens)
-        if k == 1:
-            sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=settings.max_tokens)
-        played = play_classes(
-            problems[index], client, k, agents=len(teams[team]), adapters=teams[team],
-            sampling=sampling, turns=turns, db_path=db_path,
-            seed=None if k == 1 else 1000 * index,
-        )  # fmt: skip
+        sampling = judged_sampling(k, settings.max_tokens, seed=1000 * index)
+        agents = teams[team]
+        played_by = TeamSettings(trained_shape(len(agents)), len(agents), turns, agents, sampling)
+        played = play_classes(problems[index], client, k, played_by, db_path=db_path)
         with lock:
             done += 1
             if on_progress:

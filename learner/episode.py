@@ -9,7 +9,7 @@ recorded beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from sqlite_utils import Database
 from agents.tasks import Task
 from agents.team.episode import run_episode, run_group, team_adapters
 from agents.team.feedback import checker_for
-from agents.team.graph import Event, Policy, Sampling
+from agents.team.graph import Event, Policy, TeamSettings
 from agents.team.result import EpisodeResult
 from agents.team.roles import Role, team_roles, team_size
 from learner.reward_config import RewardWeights, SpeedBudget
@@ -27,27 +27,23 @@ from learner.rewards import Scored, score_group, store_scored
 
 @dataclass(frozen=True)
 class EpisodeSetup:
-    """Everything an episode is played with: the task, the team (shape, size, turn limit, each
-    agent's adapter, role prompts), the sampling, and the weights and budget that score it."""
+    """Everything an episode is played with: the task, the team (agents/team/graph.py
+    `TeamSettings`: shape, size, turn limit, each agent's adapter, role prompts, sampling), and
+    the weights and budget that score it."""
 
     task: Task
-    shape: str = "parallel"
-    agents: int | None = None
-    turns: int = 1
-    # agent index -> adapter name on the server (None or missing: the base model)
-    adapters: Sequence[str | None] | Mapping[int, str | None] | None = None
-    sampling: Sampling = field(default_factory=Sampling)
-    prompts: dict[str, str] | None = None
+    team: TeamSettings = field(default_factory=TeamSettings)
     weights: RewardWeights = field(default_factory=RewardWeights)
     budget: SpeedBudget = field(default_factory=SpeedBudget)
 
     def roles(self) -> list[Role]:
         """The team's roles (raises ValueError for a size the shape does not allow)."""
-        return team_roles(self.task, self.shape, team_size(self.shape, self.agents), self.prompts)
+        team = self.team
+        return team_roles(self.task, team.shape, team_size(team.shape, team.agents), team.prompts)
 
     def adapter_names(self) -> list[str | None]:
         """Each agent's adapter name (None: the base model)."""
-        return team_adapters(self.adapters, team_size(self.shape, self.agents))
+        return team_adapters(self.team.adapters, team_size(self.team.shape, self.team.agents))
 
 
 @dataclass
@@ -84,21 +80,15 @@ def play(
     to the group's rewards at `setup.weights.human` (`score_group`) before they are recorded.
     `on_event` streams one episode's events (see `run_episode`). A failure in scoring raises
     `ScoringError` with the recorded episode."""
-    settings = {
-        "shape": setup.shape,
-        "agents": setup.agents,
-        "turns": setup.turns,
-        "adapters": setup.adapters,
-        "sampling": setup.sampling,
-        "prompts": setup.prompts,
-        "checker": checker_for(setup.task.kind),
-    }
+    checker = checker_for(setup.task.kind)
     if samples == 1:
-        results = [run_episode(setup.task, policy, db=db, on_event=on_event, **settings)]
+        results = [
+            run_episode(setup.task, policy, setup.team, checker=checker, db=db, on_event=on_event)
+        ]
     elif on_event is not None:
         raise ValueError("events stream from one episode at a time, not from a group")
     else:
-        results = run_group(setup.task, policy, samples, db=db, **settings)
+        results = run_group(setup.task, policy, samples, setup.team, checker=checker, db=db)
     try:
         outputs = [r.output or "" for r in results]
         preference = None if liked is None else liked(outputs)

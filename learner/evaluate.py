@@ -51,7 +51,7 @@ from typing import Any
 import store
 from agents.serving.server import machine
 from agents.tasks import Task, split_tasks
-from agents.team.graph import Policy, requests_at_once
+from agents.team.graph import Policy, TeamSettings, requests_at_once
 from agents.team.outline import structure_compliance
 from agents.team.result import EpisodeResult
 from agents.team.sentences import embedding_model
@@ -350,7 +350,9 @@ def _run_unit(
     sampling = config.sampling
     if sampling.seed is not None:
         sampling = replace(sampling, seed=sampling.seed + 1000 * unit.index)
-    setup = EpisodeSetup(unit.task, unit.shape, size, config.turns, adapters, sampling)
+    setup = EpisodeSetup(
+        unit.task, TeamSettings(unit.shape, size, config.turns, adapters, sampling)
+    )
     records = []
     for g, played in enumerate(play(setup, policy, db=db_path, samples=len(unit.samples))):
         result = played.result

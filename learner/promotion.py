@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scipy import stats
@@ -34,7 +34,7 @@ from scipy import stats
 import store
 from agents.serving.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
-from agents.team.graph import GREEDY, Sampling
+from agents.team.graph import TeamSettings, judged_sampling
 from learner.config import GateSettings
 from learner.episode import EpisodeSetup, play
 from learner.preference import PreferenceModel, run_preference_model
@@ -202,17 +202,12 @@ def paired_scores(
         nonlocal done
         team, index = job
         task = tasks[index]
-        # greedy, or Sampling's defaults (the app's T = 0.8, top-p 0.95) seeded by the task
-        sampling = GREEDY if k == 1 else Sampling(seed=1000 * index)
-        setup = EpisodeSetup(
-            task,
-            agents=len(teams[team]),
-            turns=turns,
-            adapters=teams[team],
-            sampling=replace(sampling, max_tokens=settings.max_tokens),
-            weights=weights,
-            budget=budget,
+        sampling = judged_sampling(k, settings.max_tokens, seed=1000 * index)
+        agents = teams[team]
+        played_by = TeamSettings(
+            agents=len(agents), turns=turns, adapters=agents, sampling=sampling
         )
+        setup = EpisodeSetup(task, played_by, weights, budget)
         played = play(setup, client, db=db_path, samples=k)
         with lock:
             done += 1

@@ -40,8 +40,14 @@ from agents.serving.policy import PolicyClient
 from agents.tasks import Task, split_tasks
 from agents.team.crossing import recombine
 from agents.team.feedback import checker_for
-from agents.team.graph import Sampling
-from learner.class_train import class_training_problems, cross_classes, play_classes, reward_parts
+from agents.team.graph import Sampling, TeamSettings
+from learner.class_train import (
+    class_training_problems,
+    cross_classes,
+    play_classes,
+    reward_parts,
+    trained_shape,
+)
 from learner.config import CROSS_WORKERS, TrainArgs
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import SAMPLED_SHARES
@@ -432,25 +438,16 @@ def rollout_group(
     actions each sample is part of (`cross_group`). A class is played by the class team
     (learner/class_train.py)."""
     if args.task == "class":
-        played = play_classes(
-            task, client, args.magrpo.group_size, agents=args.agents, adapters=names,
-            sampling=sampling, turns=args.turns, db_path=db_path,
-        )  # fmt: skip
+        team = TeamSettings(trained_shape(args.agents), args.agents, args.turns, names, sampling)
+        played = play_classes(task, client, args.magrpo.group_size, team, db_path=db_path)
         rewards = torch.tensor([scored["reward"] for _, scored in played])
         components = [reward_parts(scored) for _, scored in played]
         results = [episode for episode, _ in played]
         if args.magrpo.joint_mode == "cross":
             return Group(results, rewards, cross_classes(results, args.agents), components)
         return Group(results, rewards, rewards.expand(args.agents, -1), components)
-    setup = EpisodeSetup(
-        task,
-        agents=args.agents,
-        turns=args.turns,
-        adapters=names,
-        sampling=sampling,
-        weights=weights,
-        budget=args.budget,
-    )
+    team = TeamSettings(agents=args.agents, turns=args.turns, adapters=names, sampling=sampling)
+    setup = EpisodeSetup(task, team, weights, args.budget)
     liked = None if preference is None else preference.group_preference
     played = play(setup, client, db=db_path, samples=args.magrpo.group_size, liked=liked)
     results, scores = [p.result for p in played], [p.scored for p in played]

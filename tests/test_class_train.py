@@ -1,15 +1,22 @@
 """Class teams in the learner: each agent's calls (one per method) trained with their joint
 sample's advantage, class episodes recorded in the store, class versions of their own."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import store
-from agents.kinds.class_team import class_reward, recombine_classes, run_class_episode
+from agents.kinds.class_team import (
+    CLASS_GREEDY,
+    class_reward,
+    recombine_classes,
+    run_class_episode,
+)
 from agents.kinds.classes import class_problem
 from agents.serving.policy import Completion
+from agents.team.graph import Sampling, TeamSettings
 from learner.class_train import (
     class_training_problems,
     class_validation_problems,
@@ -20,6 +27,10 @@ from learner.config import MAGRPOConfig, TrainArgs
 from learner.registry import work_kind
 from learner.train import Group, advantages, agent_samples, training_tasks
 from tests.test_classes import Scripted
+
+TWO = TeamSettings(agents=2, sampling=CLASS_GREEDY)  # a class team of two, greedy
+# sampled, keeping each call's token ids and log-probabilities (the learner's)
+SAMPLED = replace(CLASS_GREEDY, temperature=0.8, logprobs=True)
 
 
 class WithTokens(Scripted):
@@ -46,7 +57,7 @@ def test_each_agent_trains_every_method_it_wrote_with_its_joint_samples_advantag
     problem = class_problem(4)  # six methods: three each for a team of two
     policy = WithTokens(problem)
     episodes = [
-        run_class_episode(problem, policy, agents=2, logprobs=True, temperature=0.8)
+        run_class_episode(problem, policy, TeamSettings(agents=2, sampling=SAMPLED))
         for _ in range(2)
     ]
     assert [len(e.calls(agent, 0)) for e in episodes for agent in (0, 1)] == [3, 3, 3, 3]
@@ -67,7 +78,7 @@ def test_each_agent_trains_every_method_it_wrote_with_its_joint_samples_advantag
 
 def test_a_class_episode_is_recorded_with_each_agents_methods_and_the_reward(tmp_path):
     problem = class_problem(4)
-    episode = run_class_episode(problem, WithTokens(problem), agents=2)
+    episode = run_class_episode(problem, WithTokens(problem), TWO)
     scored = class_reward(episode)
     db_path = tmp_path / "coteam.db"
     first = record_class_episode(db_path, episode, scored, ["agent1-v2", None], "g", 1)
@@ -107,16 +118,13 @@ def test_a_class_run_trains_on_the_class_train_split_and_its_versions_are_its_ow
 
 
 def test_a_group_of_one_agent_is_the_single_shape_and_a_group_of_two_the_team(tmp_path):
-    from agents.team.graph import Sampling
-    from learner.class_train import play_classes
+    from learner.class_train import play_classes, trained_shape
 
     problem = class_problem(4)
     db_path = tmp_path / "coteam.db"
     for agents, shape in ((1, "class_single"), (2, "class_parallel")):
-        played = play_classes(
-            problem, WithTokens(problem), 2, agents=agents, adapters=[None] * agents,
-            sampling=Sampling(logprobs=True), db_path=db_path,
-        )  # fmt: skip
+        team = TeamSettings(trained_shape(agents), agents, sampling=Sampling(logprobs=True))
+        played = play_classes(problem, WithTokens(problem), 2, team, db_path=db_path)
         assert [len(e.dealt) for e, _ in played] == [agents, agents]
         assert all(s["reward"] > 0.8 for _, s in played)  # the canonical class, in full
         with store.open_db(db_path) as db:
@@ -141,8 +149,8 @@ def test_crossing_a_class_credits_each_agent_for_its_own_methods():
     methods of sample 1 with agent 2's of sample 0 pass whole), so agent 1's samples return the
     same and only agent 2's differ."""
     problem = class_problem(4)
-    good = run_class_episode(problem, WithTokens(problem), agents=2)
-    bad = run_class_episode(problem, Broken(problem), agents=2)
+    good = run_class_episode(problem, WithTokens(problem), TWO)
+    bad = run_class_episode(problem, Broken(problem), TWO)
     assert good.verdict.all_passed and not bad.verdict.all_passed
     mixed = recombine_classes([good, bad], (1, 0))
     assert mixed.verdict.all_passed and mixed.merged.program == good.merged.program

@@ -11,7 +11,13 @@ import pytest
 import store
 from agents.judge.harness.codec import NotPlain, decode, encode
 from agents.judge.testrun import run_tests
-from agents.kinds.class_team import ClassEpisode, MethodStep, class_reward, run_class_episode
+from agents.kinds.class_team import (
+    CLASS_GREEDY,
+    ClassEpisode,
+    MethodStep,
+    class_reward,
+    run_class_episode,
+)
 from agents.kinds.classes import (
     class_node,
     class_problem,
@@ -25,6 +31,7 @@ from agents.kinds.classes import (
     user_class_problem,
 )
 from agents.serving.policy import Completion
+from agents.team.graph import TeamSettings
 
 
 def test_the_vendored_classes_parse_and_split_by_class():
@@ -288,6 +295,11 @@ def test_the_class_reward_ranks_hand_made_classes_as_a_person_would():
     assert rewards[3]["reward"] == 0.0  # nothing for methods that only parse
 
 
+def team_of(shape: str, turns: int = 1) -> TeamSettings:
+    """A greedy class team of two (one agent for the single forms)."""
+    return TeamSettings(shape, 2, turns, sampling=CLASS_GREEDY)
+
+
 class Scripted:
     """Writes each method as the canonical class has it (a scripted policy: graph logic only)."""
 
@@ -314,7 +326,7 @@ class Scripted:
 def test_every_shape_writes_every_method_from_the_same_opening(shape):
     problem = class_problem(4)
     policy = Scripted(problem)
-    episode = run_class_episode(problem, policy, shape=shape, agents=2)
+    episode = run_class_episode(problem, policy, team_of(shape))
     assert episode.verdict.all_passed
     assert sorted(s.method for s in episode.steps) == sorted(problem.methods)
     for request in policy.requests:  # the reply begun with the method's head, and nothing more
@@ -443,7 +455,7 @@ class WrongThenRight(Scripted):
 def test_a_one_round_discussion_revises_every_method_seeing_the_teams_drafts():
     problem = class_problem(4)
     policy = WrongThenRight(problem)  # no verdict is shown: get_gpa stays wrong when revised
-    episode = run_class_episode(problem, policy, shape="one_round_discussion", agents=2)
+    episode = run_class_episode(problem, policy, team_of("one_round_discussion"))
     assert sorted(s.method for s in episode.steps if s.turn == 1) == sorted(problem.methods)
     revisions = policy.requests[len(problem.methods) :]
     assert all("The class as your team wrote it" in r.messages[1]["content"] for r in revisions)
@@ -456,7 +468,7 @@ def test_a_one_round_discussion_revises_every_method_seeing_the_teams_drafts():
 def test_a_second_turn_rewrites_only_the_methods_that_failed_with_the_verdict(shape):
     problem = class_problem(4)
     policy = WrongThenRight(problem)
-    episode = run_class_episode(problem, policy, shape=shape, agents=2, turns=2)
+    episode = run_class_episode(problem, policy, team_of(shape, turns=2))
     assert episode.verdict.all_passed
     second = [s for s in episode.steps if s.turn == 1]
     # get_top_student calls get_gpa: its tests failed too, and its author writes it again
@@ -468,5 +480,5 @@ def test_a_second_turn_rewrites_only_the_methods_that_failed_with_the_verdict(sh
     assert "AssessmentSystemTestGetGPA (`get_gpa`): 0 of" in view
     assert "The class as your team wrote it" in view and "def get_top_student" in view
     assert episode.critical_path_tokens == 7 * 3 + 7
-    once = run_class_episode(problem, WrongThenRight(problem), shape=shape, agents=2)
+    once = run_class_episode(problem, WrongThenRight(problem), team_of(shape))
     assert not once.verdict.all_passed and max(s.turn for s in once.steps) == 0

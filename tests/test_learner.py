@@ -19,7 +19,7 @@ from agents.tasks import split_tasks
 from agents.team.crossing import recombine
 from agents.team.episode import run_episode
 from agents.team.feedback import checker_for
-from agents.team.graph import Sampling
+from agents.team.graph import Sampling, TeamSettings
 from app.commands_train import adapter_record
 from learner.config import MAGRPOConfig, TrainArgs
 from learner.registry import (
@@ -285,7 +285,9 @@ def test_coteam_train_learns_from_samples_and_ratings_and_publishes(
     # prompts, with the tests' feedback, are the shorter ones; the updates' cost is the prompts')
     task = training_tasks(TrainArgs(task_limit=1))[0]
     for score in (5, 1):
-        result = run_episode(task, policy, agents=2, sampling=Sampling(max_tokens=32), db=db_path)
+        result = run_episode(
+            task, policy, TeamSettings(agents=2, sampling=Sampling(max_tokens=32)), db=db_path
+        )
         with store.open_db(db_path) as db:
             store.add_rating(db, result.episode_id, "score", value=score)
     learner = run_train(
@@ -362,7 +364,9 @@ def test_coteam_train_on_long_form_articles_trains_every_writer_and_learns_from_
     gets a candidate, and the gate decides on the set's own validation articles."""
     db_path = home / "coteam.db"
     train = split_tasks("longform", "train")
-    result = run_episode(train[0], policy, agents=4, sampling=Sampling(max_tokens=32), db=db_path)
+    result = run_episode(
+        train[0], policy, TeamSettings(agents=4, sampling=Sampling(max_tokens=32)), db=db_path
+    )
     with store.open_db(db_path) as db:
         store.add_rating(db, result.episode_id, "thumbs", value=1)
     learner = run_train(

@@ -18,6 +18,7 @@ from agents.tasks import (
     longform_prompt_task,
     longform_tasks,
 )
+from agents.team.graph import TeamSettings
 from agents.team.outline import (
     assign_sections,
     document_sections,
@@ -143,7 +144,10 @@ def test_the_document_keeps_each_section_from_its_owner_only(tmp_path):
     task = longform_tasks("held_out")[0]
     policy = ScriptedPolicy(section_reply)
     result = run_episode(
-        task, policy, shape="parallel", agents=4, adapters=adapters(4), db=tmp_path / "c.db"
+        task,
+        policy,
+        TeamSettings(shape="parallel", agents=4, adapters=adapters(4)),
+        db=tmp_path / "c.db",
     )
     headings = [s["heading"] for s in task.extra["outline"]]
     assert result.output.startswith(f"# {task.extra['title']}")
@@ -174,9 +178,16 @@ def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_p
     for shape, size in (("parallel", 4), ("single", 1)):
         policy = ScriptedPolicy(section_reply)
         run_episode(
-            task, policy, shape=shape, agents=size, adapters=adapters(size),
-            sampling=Sampling(max_tokens=4096), db=tmp_path / f"{shape}.db",
-        )  # fmt: skip
+            task,
+            policy,
+            TeamSettings(
+                shape=shape,
+                agents=size,
+                adapters=adapters(size),
+                sampling=Sampling(max_tokens=4096),
+            ),
+            db=tmp_path / f"{shape}.db",
+        )
         requests = sorted(policy.requests, key=agent_of)  # parallel calls come in any order
         shares[shape] = [r.max_tokens for r in requests]
         roles = team_roles(task, shape, size)
@@ -194,9 +205,13 @@ def test_each_writer_gets_the_tokens_its_sections_need_within_the_runs_cap(tmp_p
     assert abs(sum(shares["parallel"]) - shares["single"][0]) <= 4  # the same work, dealt out
     capped = ScriptedPolicy(section_reply)
     run_episode(
-        task, capped, shape="parallel", agents=4, adapters=adapters(4),
-        sampling=Sampling(max_tokens=64), db=tmp_path / "capped.db",
-    )  # fmt: skip
+        task,
+        capped,
+        TeamSettings(
+            shape="parallel", agents=4, adapters=adapters(4), sampling=Sampling(max_tokens=64)
+        ),
+        db=tmp_path / "capped.db",
+    )
     assert [r.max_tokens for r in capped.requests] == [64] * 4  # the run's cap still holds
 
 
@@ -221,9 +236,13 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
     headings = [s["heading"] for s in task.extra["outline"]]
     policy = ScriptedPolicy(one_section_then_stop)
     result = run_episode(
-        task, policy, shape=shape, agents=size, adapters=adapters(size),
-        sampling=Sampling(max_tokens=4096), db=tmp_path / "c.db",
-    )  # fmt: skip
+        task,
+        policy,
+        TeamSettings(
+            shape=shape, agents=size, adapters=adapters(size), sampling=Sampling(max_tokens=4096)
+        ),
+        db=tmp_path / "c.db",
+    )
     assert result.output == "\n\n".join(
         [f"# {task.extra['title']}", *(f"## {h}\n\nText of {h}." for h in headings)]
     )
@@ -257,9 +276,13 @@ def test_a_writer_that_stops_with_its_sections_unwritten_goes_on_with_the_next(
     # a learner's rollout is one call per agent: its sample must be what the policy wrote
     rollout = ScriptedPolicy(one_section_then_stop)
     run_episode(
-        task, rollout, shape=shape, agents=size, adapters=adapters(size),
-        sampling=Sampling(logprobs=True), db=tmp_path / "r.db",
-    )  # fmt: skip
+        task,
+        rollout,
+        TeamSettings(
+            shape=shape, agents=size, adapters=adapters(size), sampling=Sampling(logprobs=True)
+        ),
+        db=tmp_path / "r.db",
+    )
     assert len(rollout.requests) == size
 
 
@@ -290,9 +313,13 @@ def test_a_section_begun_and_still_unread_is_not_begun_again(tmp_path, monkeypat
     monkeypatch.setattr(agents.team.writer, "next_section", lambda text, outline, mine: mine[-1])
     policy = ScriptedPolicy(lambda request: "")
     run_episode(
-        task, policy, shape="single", agents=1, adapters=adapters(1),
-        sampling=Sampling(max_tokens=4096), db=tmp_path / "c.db",
-    )  # fmt: skip
+        task,
+        policy,
+        TeamSettings(
+            shape="single", agents=1, adapters=adapters(1), sampling=Sampling(max_tokens=4096)
+        ),
+        db=tmp_path / "c.db",
+    )
     assert len(policy.requests) == 2  # the first call and one continuation
 
 
@@ -310,9 +337,13 @@ def test_an_own_request_without_sections_begins_each_section_with_its_lead(tmp_p
     assert [s.get("lead", "") for s in task.extra["outline"]] == leads
     policy = ScriptedPolicy(lambda request: " it.")
     result = run_episode(
-        task, policy, shape=shape, agents=size, adapters=adapters(size),
-        sampling=Sampling(max_tokens=4096), db=tmp_path / "own.db",
-    )  # fmt: skip
+        task,
+        policy,
+        TeamSettings(
+            shape=shape, agents=size, adapters=adapters(size), sampling=Sampling(max_tokens=4096)
+        ),
+        db=tmp_path / "own.db",
+    )
     openings = [f"## {h}\n\n{lead}" for h, _, lead in DEFAULT_OUTLINE]
     begun = [r.messages[-1]["content"] for r in policy.requests]
     assert sorted(next(o for o in openings if b.endswith(o)) for b in begun) == sorted(openings)
@@ -472,7 +503,10 @@ def test_a_writer_stopped_at_a_teammates_heading_leaves_no_stray_hash(tmp_path):
     task = longform_tasks("held_out")[0]
     policy = ScriptedPolicy(lambda request: section_reply(request) + "\n\n#")
     result = run_episode(
-        task, policy, shape="parallel", agents=4, adapters=adapters(4), db=tmp_path / "c.db"
+        task,
+        policy,
+        TeamSettings(shape="parallel", agents=4, adapters=adapters(4)),
+        db=tmp_path / "c.db",
     )
     assert not any(step["text"].rstrip().endswith("#") for step in result.steps)
     assert not re.search(r"^\s*#+\s*$", result.output, re.M)
@@ -568,7 +602,10 @@ def test_a_stop_keeps_whole_pieces_and_a_loop_ends_the_call(tmp_path):
     own = lambda request: section_reply(request).split("\n\n## Etymology")[0]  # noqa: E731
     policy = ScriptedPolicy(lambda request: own(request) + "\n\n" + loop * 40)
     result = run_episode(
-        task, policy, shape="parallel", agents=4, adapters=adapters(4), db=tmp_path / "c.db"
+        task,
+        policy,
+        TeamSettings(shape="parallel", agents=4, adapters=adapters(4)),
+        db=tmp_path / "c.db",
     )
     for step in result.steps:
         assert step["text"].count("work together every day") == 1

@@ -10,7 +10,7 @@ from agents.tasks import humaneval_task
 from agents.team.crossing import recombine
 from agents.team.episode import run_group
 from agents.team.feedback import sandbox_check
-from agents.team.graph import Sampling
+from agents.team.graph import Sampling, TeamSettings
 from learner.config import MAGRPOConfig, TrainArgs
 from learner.magrpo import (
     AgentPolicies,
@@ -85,9 +85,13 @@ def test_crossing_credits_each_agent_for_its_own_part(tmp_path):
     both joint actions fail the tests alike: no signal. Crossed, the right helper with the
     right entry passes, and each agent's right sample gets the higher return."""
     results = run_group(
-        CODING, ScriptedPolicy(mixed_parts), 2, db=tmp_path / "x.db", sampling=Sampling(seed=1),
-        agents=2, checker=sandbox_check,
-    )  # fmt: skip
+        CODING,
+        ScriptedPolicy(mixed_parts),
+        2,
+        TeamSettings(sampling=Sampling(seed=1), agents=2),
+        db=tmp_path / "x.db",
+        checker=sandbox_check,
+    )
     scores = score_group(results)
     assert not any(r.success for r in results)
     assert not has_signal(group_advantages(torch.tensor([s.reward for s in scores])))

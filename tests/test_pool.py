@@ -24,7 +24,7 @@ from agents.serving.policy import (
 from agents.serving.pool import RESENT, ServerPool
 from agents.serving.server import ServerConfig, ServerError, VLLMServer, connect
 from agents.tasks import humaneval_task
-from agents.team.graph import GREEDY
+from agents.team.graph import GREEDY, TeamSettings
 from learner import registry
 from learner.episode import EpisodeSetup, play
 from tests.conftest import adapters_as_found
@@ -215,7 +215,12 @@ def run_through_a_swap_and_a_kill(policy, second, folders, db_path):
         with store.open_db(db_path) as db:
             while not stop.is_set():
                 names = registry.ensure_loaded(db, pool, 2, "coding")
-                setup = EpisodeSetup(humaneval_task(0), "parallel", 2, 1, names, sampling)
+                setup = EpisodeSetup(
+                    humaneval_task(0),
+                    TeamSettings(
+                        shape="parallel", agents=2, turns=1, adapters=names, sampling=sampling
+                    ),
+                )
                 try:
                     [done] = play(setup, pool, db=db_path)
                 except Exception as e:  # an episode that fails fails the test

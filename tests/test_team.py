@@ -10,8 +10,8 @@ import store
 from agents.serving.policy import PolicyError
 from agents.tasks import humaneval_task, writing_prompt_task, xsum_tasks
 from agents.team.episode import make_team, run_episode, run_group
-from agents.team.feedback import CodeCheck
-from agents.team.graph import GREEDY, Sampling, build_graph
+from agents.team.feedback import CodeCheck, parse_check
+from agents.team.graph import GREEDY, Sampling, TeamSettings, build_graph
 from agents.team.roles import SHAPES, frame_echo, load_prompts, role_names, team_roles
 from agents.team.writer import earliest
 from tests.scripted import ScriptedPolicy, adapters, agent_of
@@ -43,18 +43,16 @@ def prose_reply(request) -> str:
     return " ".join(f"w{agent}x{k}" for k in range((low + high) // 2)) + "."
 
 
-def run(task, shape, size, tmp_path, respond=None, **kwargs):
+def run(task, shape, size, tmp_path, respond=None, checker=parse_check, **team):
     events = []
     policy = ScriptedPolicy(respond or (code_reply if task.kind == "coding" else prose_reply))
     result = run_episode(
         task,
         policy,
-        shape=shape,
-        agents=size,
-        adapters=adapters(size),
+        TeamSettings(shape, size, adapters=adapters(size), **team),
+        checker=checker,
         db=tmp_path / "coteam.db",
         on_event=events.append,
-        **kwargs,
     )
     return result, policy, events
 
@@ -239,7 +237,9 @@ def test_sampling_settings_reach_the_requests(tmp_path):
 
 def test_adapters_by_agent_and_the_base_model(tmp_path):
     policy = ScriptedPolicy(code_reply)
-    result = run_episode(CODING, policy, agents=3, adapters={2: "agent3-v7"}, db=tmp_path / "c.db")
+    result = run_episode(
+        CODING, policy, TeamSettings(agents=3, adapters={2: "agent3-v7"}), db=tmp_path / "c.db"
+    )
     assert [s["adapter"] for s in result.final_steps()] == [None, None, "agent3-v7"]
     with store.open_db(tmp_path / "c.db") as db:
         assert store.get_episode(db, result.episode_id)["adapter_versions"] == [0, 0, 7]
@@ -250,8 +250,7 @@ def test_a_training_runs_scratch_adapter_is_recorded_as_no_version_not_the_base_
     result = run_episode(
         CODING,
         ScriptedPolicy(code_reply),
-        agents=2,
-        adapters=[scratch, "agent2-v3"],
+        TeamSettings(agents=2, adapters=[scratch, "agent2-v3"]),
         db=tmp_path / "c.db",
     )
     with store.open_db(tmp_path / "c.db") as db:
@@ -307,7 +306,7 @@ def test_a_failing_policy_fails_the_recorded_episode(tmp_path):
 def test_run_group_shares_a_group_id(tmp_path):
     policy = ScriptedPolicy(code_reply)
     results = run_group(
-        CODING, policy, 3, db=tmp_path / "g.db", sampling=Sampling(seed=1), agents=2
+        CODING, policy, 3, TeamSettings(sampling=Sampling(seed=1), agents=2), db=tmp_path / "g.db"
     )
     assert len(policy.requests) == 6
     assert sorted(r.seed for r in policy.requests) == [1, 2, 101, 102, 201, 202]
@@ -322,7 +321,7 @@ def test_graphs_have_the_nodes_of_their_shape():
     policy = ScriptedPolicy(code_reply)
 
     def nodes(shape, size):
-        team = make_team(CODING, policy, shape=shape, agents=size)
+        team = make_team(CODING, policy, TeamSettings(shape=shape, agents=size))
         return set(build_graph(team).get_graph().nodes) - {"__start__", "__end__"}
 
     assert nodes("parallel", 3) == nodes("naive_concat", 3) == {"agent", "combine", "environment"}
@@ -358,7 +357,7 @@ def test_graphs_have_the_nodes_of_their_shape():
 def test_bad_settings_are_refused_before_anything_runs(settings, message, tmp_path):
     policy = ScriptedPolicy(code_reply)
     with pytest.raises(ValueError, match=message):
-        run_episode(CODING, policy, db=tmp_path / "x.db", **settings)
+        run_episode(CODING, policy, TeamSettings(**settings), db=tmp_path / "x.db")
     assert policy.requests == []
 
 

@@ -10,6 +10,7 @@ import pytest
 from agents.tasks import humaneval_task, writing_prompt_task
 from agents.team.episode import run_episode
 from agents.team.feedback import CodeCheck
+from agents.team.graph import TeamSettings
 from agents.team.roles import SHAPES
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 
@@ -54,10 +55,7 @@ def test_each_agent_sees_only_what_its_shape_allows(kind, shape, size, tmp_path)
     run_episode(
         task,
         policy,
-        shape=shape,
-        agents=size,
-        turns=turns,
-        adapters=adapters(size),
+        TeamSettings(shape=shape, agents=size, turns=turns, adapters=adapters(size)),
         checker=never_done,
         db=tmp_path / "d.db",
     )

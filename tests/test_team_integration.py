@@ -12,7 +12,7 @@ import store
 from agents.serving.models import model_provenance
 from agents.tasks import humaneval_task, xsum_tasks
 from agents.team.episode import run_episode
-from agents.team.graph import Sampling
+from agents.team.graph import Sampling, TeamSettings
 from learner.registry import CARD, SHIPPED
 from tests.conftest import adapters_as_found
 
@@ -26,9 +26,7 @@ def test_two_agent_coding_episode(policy, tmp_path):
     result = run_episode(
         humaneval_task(0),
         policy,
-        shape="parallel",
-        agents=2,
-        sampling=SHORT,
+        TeamSettings(shape="parallel", agents=2, sampling=SHORT),
         db=tmp_path / "coteam.db",
         on_event=events.append,
     )
@@ -56,9 +54,11 @@ def test_three_agent_writing_episode(policy, tmp_path):
     result = run_episode(
         task,
         policy,
-        shape="parallel",
-        agents=3,
-        sampling=Sampling(temperature=0.0, top_p=1.0, max_tokens=128),
+        TeamSettings(
+            shape="parallel",
+            agents=3,
+            sampling=Sampling(temperature=0.0, top_p=1.0, max_tokens=128),
+        ),
         db=tmp_path / "coteam.db",
     )
     with store.open_db(tmp_path / "coteam.db") as db:

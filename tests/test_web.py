@@ -15,7 +15,7 @@ import pytest
 import store
 from agents.serving.policy import PolicyError
 from agents.tasks import MAX_PROMPT_CHARS, TaskError, longform_tasks
-from agents.team.graph import Sampling
+from agents.team.graph import Sampling, TeamSettings
 from app import rating
 from app.admin import AdminTab
 from app.admin_training import learner_status
@@ -159,7 +159,9 @@ def test_roles_follow_the_task_shape_and_size():
 def test_a_live_episode_streams_then_is_scored_and_recorded(ctx):
     task = chosen_task("coding", "humaneval", "0", "", "")
     views = []
-    for [episode] in run_live([EpisodeSetup(task, agents=2)], ctx.client, ctx.db_path, interval=0):
+    for [episode] in run_live(
+        [EpisodeSetup(task, TeamSettings(agents=2))], ctx.client, ctx.db_path, interval=0
+    ):
         views.append((episode.panes[0].text, episode.result is not None))
     assert episode.finished and episode.error is None and episode.result.success
     assert episode.tests.passed == episode.tests.total == 7
@@ -191,7 +193,9 @@ def test_a_sentence_two_writers_wrote_is_in_the_document_once_and_the_page_says_
         return text.removeprefix(f"## {own[0]}\n")
 
     client = FakeClient(writer)
-    *_, [episode] = run_live([EpisodeSetup(task, agents=4)], client, ctx.db_path, interval=0)
+    *_, [episode] = run_live(
+        [EpisodeSetup(task, TeamSettings(agents=4))], client, ctx.db_path, interval=0
+    )
     assert episode.error is None and all(fact in episode.output for fact in FACTS)
     assert episode.output.count(opening) == 1
     assert opening in episode.panes[3].text  # the writer's own text keeps it
@@ -200,14 +204,18 @@ def test_a_sentence_two_writers_wrote_is_in_the_document_once_and_the_page_says_
 
 def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
     task = chosen_task("coding", "humaneval", "0", "", "")
-    run = EpisodeSetup(task, agents=2, sampling=Sampling(temperature=0.0, max_tokens=16))
+    run = EpisodeSetup(
+        task, TeamSettings(agents=2, sampling=Sampling(temperature=0.0, max_tokens=16))
+    )
     *_, [episode] = run_live([run], ctx.client, ctx.db_path, interval=0)
     # the helper's reply is 13 pieces long, the entry author's 17: only agent 2 is cut off
     assert [pane.cut_off for pane in episode.panes] == [False, True]
     assert "agent 2 stopped at the token limit (16): raise “Tokens per agent call”" in (
         episode.status()
     )
-    *_, [episode] = run_live([EpisodeSetup(task, agents=2)], ctx.client, ctx.db_path, interval=0)
+    *_, [episode] = run_live(
+        [EpisodeSetup(task, TeamSettings(agents=2))], ctx.client, ctx.db_path, interval=0
+    )
     assert "token limit" not in episode.status()
 
 
@@ -224,11 +232,13 @@ def test_a_writer_stopped_at_its_share_is_not_sent_to_raise_the_token_limit(ctx)
             return " ".join(f"tide{i}" for i in range(2000))  # no loop a stop rule sees
         return "\n\n".join(f"## {h}\nA short part." for h in own).removeprefix(f"## {own[0]}\n")
 
-    run = EpisodeSetup(task, agents=4, sampling=Sampling(max_tokens=LONGFORM_MAX_TOKENS))
+    run = EpisodeSetup(
+        task, TeamSettings(agents=4, sampling=Sampling(max_tokens=LONGFORM_MAX_TOKENS))
+    )
     *_, [episode] = run_live([run], FakeClient(writer), ctx.db_path, interval=0)
     share = token_share(team_roles(task, "parallel", 4, None)[1])
     assert [pane.cut_off for pane in episode.panes] == [False, True, False, False]
-    assert share < run.sampling.max_tokens and episode.panes[1].tokens == share
+    assert share < run.team.sampling.max_tokens and episode.panes[1].tokens == share
     assert f"agent 2 ran past its word target and stopped at its share ({share} tokens)" in (
         episode.status()
     )

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ast
 import operator
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, TypedDict
 
 from agents.kinds.classes import (
@@ -29,6 +30,7 @@ from agents.kinds.classes import (
     method_nodes,
     opening,
 )
+from agents.team.graph import GREEDY, Sampling, TeamSettings
 
 # -- the class team ------------------------------------------------------------------------------
 
@@ -52,6 +54,7 @@ ASK = (
     "its docstring calls for them. Reply with the method only."
 )
 CLASS_MAX_TOKENS = 256  # each method's reply, unless a person or a run says otherwise
+CLASS_GREEDY = replace(GREEDY, max_tokens=CLASS_MAX_TOKENS)  # evaluation's, and the default
 # characters of a method's view (skeleton, methods already written, opening): with the reply's
 # budget, within the 0.5B model's 2,048-token window (about 3.3 characters a token of code)
 PROMPT_CHARS = 5800
@@ -74,20 +77,27 @@ def method_end(text: str) -> int | None:
 
 @dataclass(frozen=True)
 class ClassTeam:
-    """What stays fixed during a class episode: the problem, the shape, the methods dealt to each
-    agent, each agent's adapter (None: the base model), how it samples, the policy."""
+    """What stays fixed during a class episode: the problem, the team's settings (shape, turns,
+    sampling: agents/team/graph.py `TeamSettings`), the methods dealt to each agent, each
+    agent's adapter (None: the base model), the policy."""
 
     problem: ClassProblem
-    shape: str
+    settings: TeamSettings
     dealt: list[list[str]]
     adapters: list[str | None]
     policy: object  # anything with `generate(requests, on_token) -> completions`
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = CLASS_MAX_TOKENS
-    seed: int | None = None
-    turns: int = 1
-    logprobs: bool = False  # keep each call's token ids and sampling log-probs (the learner)
+
+    @property
+    def shape(self) -> str:
+        return self.settings.shape
+
+    @property
+    def turns(self) -> int:
+        return self.settings.turns
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.settings.sampling
 
 
 @dataclass
@@ -296,13 +306,13 @@ def _write_methods(
             messages=messages,
             adapter=team.adapters[agent],
             agent=agent,
-            max_tokens=team.max_tokens,
-            temperature=team.temperature,
-            top_p=team.top_p,
-            seed=None if team.seed is None else team.seed + agent,
+            max_tokens=team.sampling.max_tokens,
+            temperature=team.sampling.temperature,
+            top_p=team.sampling.top_p,
+            seed=None if team.sampling.seed is None else team.sampling.seed + agent,
             stop=STOPS,
             stop_when=method_end,
-            logprobs=team.logprobs,
+            logprobs=team.sampling.logprobs,
         )
         stream = lambda _, piece: write({"event": "token", "agent": agent, "text": piece})  # noqa: E731
         [completion] = team.policy.generate([request], on_token=stream)
@@ -446,39 +456,37 @@ def check_class_team(shape: str, turns: int) -> None:
         )
 
 
-def team_size(problem: ClassProblem, shape: str, agents: int) -> int:
-    """The agents a shape has on a class: one for the single forms, else `agents`, never more
-    than the class's methods."""
-    return 1 if shape in SINGLE_FORMS else min(agents, len(problem.methods))
+def team_size(problem: ClassProblem, shape: str, agents: int | None) -> int:
+    """The agents a shape has on a class: one for the single forms, else `agents` (None: 2),
+    never more than the class's methods."""
+    return 1 if shape in SINGLE_FORMS else min(agents or 2, len(problem.methods))
+
+
+def class_adapters(settings: TeamSettings, size: int) -> list[str | None]:
+    """Each agent's adapter name (None: the base model) from the settings' list or agent index ->
+    name mapping, for a team of `size` (a list longer than the team: the first `size`)."""
+    given = settings.adapters or []
+    if isinstance(given, Mapping):
+        return [given.get(agent) for agent in range(size)]
+    return (list(given) + [None] * size)[:size]
 
 
 def run_class_episode(
     problem: ClassProblem,
     policy,
+    settings: TeamSettings = TeamSettings(sampling=CLASS_GREEDY),  # noqa: B008
     *,
-    shape: str = "parallel",
-    agents: int = 2,
-    adapters: list[str | None] | None = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    max_tokens: int = CLASS_MAX_TOKENS,
-    seed: int | None = None,
-    turns: int = 1,
     on_event=None,
-    logprobs: bool = False,
 ) -> ClassEpisode:
     """One class episode: the methods dealt (one agent for the single shapes), written, merged,
     judged. Every shape begins each method's reply with the same opening and has the same token
-    budget per method and the same judge."""
+    budget per method and the same judge. Role prompts (`settings.prompts`) are not a class
+    team's: its one ask is the same for every agent."""
     import time
 
-    check_class_team(shape, turns)
-    dealt = deal(problem, team_size(problem, shape, agents))
-    adapters = list(adapters or []) + [None] * len(dealt)
-    team = ClassTeam(
-        problem, shape, dealt, adapters[: len(dealt)], policy, temperature, top_p, max_tokens,
-        seed, turns, logprobs,
-    )  # fmt: skip
+    check_class_team(settings.shape, settings.turns)
+    dealt = deal(problem, team_size(problem, settings.shape, settings.agents))
+    team = ClassTeam(problem, settings, dealt, class_adapters(settings, len(dealt)), policy)
     start = time.monotonic()
     state = None
     for mode, chunk in class_graph(team).stream(
@@ -492,8 +500,9 @@ def run_class_episode(
     steps = sorted(state["steps"], key=lambda s: (s.turn, s.agent, problem.methods.index(s.method)))
     wall = time.monotonic() - start
     return ClassEpisode(
-        problem, shape, dealt, steps, state["merged"], state["verdict"], wall, max_tokens
-    )
+        problem, settings.shape, dealt, steps, state["merged"], state["verdict"], wall,
+        settings.sampling.max_tokens,
+    )  # fmt: skip
 
 
 # -- the reward ----------------------------------------------------------------------------------

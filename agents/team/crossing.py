@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.team.feedback import CodeChecker, parse_check
-from agents.team.graph import Sampling, Team, assess, combine, turn_record
+from agents.team.graph import Team, TeamSettings, assess, combine, turn_record
 from agents.team.result import EpisodeResult
 
 
@@ -31,7 +31,7 @@ def recombine(
         raise ValueError("only one-turn parallel episodes of one task can be recombined")
     if len(picks) != len(first.roles):
         raise ValueError(f"{len(picks)} picks for a team of {len(first.roles)}")
-    team = Team(first.task, first.shape, first.roles, first.adapters, Sampling(), 1, None, checker)
+    team = Team(first.task, TeamSettings(first.shape), first.roles, first.adapters, None, checker)
     steps = [results[g].final_steps()[agent] for agent, g in enumerate(picks)]
     state: dict[str, Any] = {"outputs": {agent: step["text"] for agent, step in enumerate(steps)}}
     state |= combine(team, state)

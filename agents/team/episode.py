@@ -13,16 +13,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from sqlite_utils import Database
 
 import store
 from agents.tasks import Task, save_task
 from agents.team.feedback import CodeChecker, parse_check, verdict_checks
-from agents.team.graph import Event, Policy, Sampling, Team, build_graph, initial_state
+from agents.team.graph import Event, Policy, Team, TeamSettings, build_graph, initial_state
 from agents.team.result import EpisodeResult
 from agents.team.roles import team_roles, team_size
 
@@ -30,21 +29,15 @@ from agents.team.roles import team_roles, team_size
 def make_team(
     task: Task,
     policy: Policy,
-    *,
-    shape: str = "parallel",
-    agents: int | None = None,
-    turns: int = 1,
-    adapters: Sequence[str | None] | Mapping[int, str | None] | None = None,
-    sampling: Sampling = Sampling(),  # noqa: B008
-    prompts: dict[str, str] | None = None,
+    settings: TeamSettings = TeamSettings(),  # noqa: B008
     checker: CodeChecker = parse_check,
 ) -> Team:
-    """Check the settings and put a team together (see `run_episode` for the arguments)."""
-    size = team_size(shape, agents)
-    roles = team_roles(task, shape, size, prompts)
-    if turns < 1:
-        raise ValueError(f"an episode has at least one turn, not {turns}")
-    return Team(task, shape, roles, team_adapters(adapters, size), sampling, turns, policy, checker)
+    """Check the settings and put a team together (see `run_episode`)."""
+    size = team_size(settings.shape, settings.agents)
+    roles = team_roles(task, settings.shape, size, settings.prompts)
+    if settings.turns < 1:
+        raise ValueError(f"an episode has at least one turn, not {settings.turns}")
+    return Team(task, settings, roles, team_adapters(settings.adapters, size), policy, checker)
 
 
 def team_adapters(
@@ -69,13 +62,8 @@ def team_adapters(
 def run_episode(
     task: Task,
     policy: Policy,
+    settings: TeamSettings = TeamSettings(),  # noqa: B008
     *,
-    shape: str = "parallel",
-    agents: int | None = None,
-    turns: int = 1,
-    adapters: Sequence[str | None] | Mapping[int, str | None] | None = None,
-    sampling: Sampling = Sampling(),  # noqa: B008
-    prompts: dict[str, str] | None = None,
     checker: CodeChecker = parse_check,
     db: Database | str | Path | None = None,
     group_id: str | None = None,
@@ -84,25 +72,15 @@ def run_episode(
 ) -> EpisodeResult:
     """Run one episode of a team on `task`, record it in the store as it happens, return it.
 
-    `shape` is one of SHAPES; `agents` the team size (2-4; `single` has 1); `turns` the turn
-    limit; `adapters` agent index -> adapter name on the server (None or missing: the base
-    model); `prompts` overrides role prompts (see agents/team/roles.py); `checker` judges code
-    (default: parse-level; the sandbox's checker runs the tests). `db` is an open store
-    connection of this thread, or a database path (None: the default one) opened here.
-    `on_event` gets every event, in this thread: episode_start, agent_start, token (per-agent
-    streamed text), agent_done (a recorded `Step`), turn_end (success and feedback), episode_end.
+    `settings` (agents/team/graph.py `TeamSettings`): the shape (one of SHAPES), the team size
+    (2-4; `single` has 1), the turn limit, each agent's adapter on the server, role prompts
+    (see agents/team/roles.py) and the sampling. `checker` judges code (default: parse-level;
+    the sandbox's checker runs the tests). `db` is an open store connection of this thread, or
+    a database path (None: the default one) opened here. `on_event` gets every event, in this
+    thread: episode_start, agent_start, token (per-agent streamed text), agent_done (a recorded
+    `Step`), turn_end (success and feedback), episode_end.
     """
-    team = make_team(
-        task,
-        policy,
-        shape=shape,
-        agents=agents,
-        turns=turns,
-        adapters=adapters,
-        sampling=sampling,
-        prompts=prompts,
-        checker=checker,
-    )
+    team = make_team(task, policy, settings, checker)
     emit = on_event or (lambda event: None)
     database = db if isinstance(db, Database) else store.open_db(db)
     try:
@@ -213,14 +191,15 @@ def run_group(
     task: Task,
     policy: Policy,
     samples: int,
+    settings: TeamSettings = TeamSettings(),  # noqa: B008
     *,
+    checker: CodeChecker = parse_check,
     db: str | Path | None = None,
-    sampling: Sampling = Sampling(),  # noqa: B008
-    **settings: Any,
 ) -> list[EpisodeResult]:
     """Run `samples` episodes of one team on one task at once (a MAGRPO group), sharing a
-    `group_id`; sample g is `sample_index` g. Each runs in its own thread with its own database
-    connection (so `db` is a path), and all their requests reach the server together."""
+    `group_id`; sample g is `sample_index` g, seeded `seed + 100 g` when the sampling has a seed.
+    Each runs in its own thread with its own database connection (so `db` is a path), and all
+    their requests reach the server together."""
     if isinstance(db, Database):
         raise ValueError("run_group opens one connection per episode: pass a database path")
     group_id = uuid.uuid4().hex
@@ -230,14 +209,12 @@ def run_group(
                 run_episode,
                 task,
                 policy,
+                settings.for_sample(g),
+                checker=checker,
                 db=db,
                 group_id=group_id,
                 sample_index=g,
-                sampling=sampling
-                if sampling.seed is None
-                else replace(sampling, seed=sampling.seed + 100 * g),
-                **settings,
-            )
+            )  # fmt: skip
             for g in range(samples)
         ]
         return [future.result() for future in futures]

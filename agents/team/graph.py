@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Annotated, Any, Protocol, TypedDict
 
@@ -86,18 +86,63 @@ class Sampling:
 GREEDY = Sampling(temperature=0.0, top_p=1.0)  # for evaluation
 
 
+def judged_sampling(samples: int, max_tokens: int, seed: int | None = None) -> Sampling:
+    """How the gate and the class evaluation sample an answer: greedy when a task gets one
+    answer, else as the app samples (`Sampling`'s defaults: T = 0.8, top-p 0.95) from `seed`
+    (a group's answer g: `seed + 100 g`, `TeamSettings.for_sample`)."""
+    if samples == 1:
+        return replace(GREEDY, max_tokens=max_tokens)
+    return Sampling(max_tokens=max_tokens, seed=seed)
+
+
+@dataclass(frozen=True)
+class TeamSettings:
+    """How a team plays an episode, for every kind of work and every caller (the page, the CLI,
+    evaluation, training, the gate): its shape, its size (None: the shape's own), the turn limit,
+    each agent's adapter (a list, or agent index -> name; None or missing: the base model), role
+    prompts that override the defaults (functions and documents), and how the agents sample."""
+
+    shape: str = "parallel"
+    agents: int | None = None
+    turns: int = 1
+    adapters: Sequence[str | None] | Mapping[int, str | None] | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    prompts: dict[str, str] | None = None
+
+    def for_sample(self, g: int) -> TeamSettings:
+        """Sample g of a group of episodes (a MAGRPO group): seeded `seed + 100 g` when the
+        sampling has a seed, else the same settings."""
+        seed = self.sampling.seed
+        return (
+            self
+            if seed is None
+            else replace(self, sampling=replace(self.sampling, seed=seed + 100 * g))
+        )
+
+
 @dataclass
 class Team:
-    """Everything that stays fixed during an episode."""
+    """Everything that stays fixed during an episode: the task, the settings, each agent's role
+    and adapter name (None: the base model), the policy and the checker."""
 
     task: Task
-    shape: str
+    settings: TeamSettings
     roles: list[Role]
-    adapters: list[str | None]  # agent i's adapter name on the server; None: the base model
-    sampling: Sampling
-    turns: int
+    adapters: list[str | None]
     policy: Policy
     checker: CodeChecker = parse_check
+
+    @property
+    def shape(self) -> str:
+        return self.settings.shape
+
+    @property
+    def turns(self) -> int:
+        return self.settings.turns
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.settings.sampling
 
     @property
     def size(self) -> int:

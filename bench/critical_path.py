@@ -1,0 +1,68 @@
+"""How short a class team's critical path can be, from a class evaluation's own episodes: for
+each team size, the best any deal could do with the methods one agent wrote (`single`, the
+same openings and budget; each method's tokens kept, the methods split among the agents so the
+busiest writes least) and the bound no deal passes (the longest method), against `single`'s
+tokens and the team's measured critical path, as the evaluation reports them (mean tokens per
+class, ratio of means).
+
+Usage: python bench/critical_path.py EVAL_FOLDER [--variant base] [--sizes 2,3,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from itertools import product
+from pathlib import Path
+
+
+def best_split(tokens: list[int], agents: int) -> int:
+    """The fewest tokens the busiest of `agents` writes, over every way to split the methods."""
+    agents = min(agents, len(tokens))
+    return min(
+        max(
+            sum(t for t, a in zip(tokens, split, strict=True) if a == agent)
+            for agent in range(agents)
+        )
+        for split in product(range(agents), repeat=len(tokens))
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", help="a `coteam eval --task class` output folder")
+    parser.add_argument("--variant", default="base", help="whose episodes (default base)")
+    parser.add_argument("--sizes", default="2,3,4", help="team sizes (default 2,3,4)")
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in (Path(args.folder) / "episodes.jsonl").open()]
+    rows = [r for r in rows if r.get("variant", "base") == args.variant and r["sample"] == 0]
+    single = {
+        r["task_id"]: [m["tokens"] for m in r["methods"]] for r in rows if r["shape"] == "single"
+    }
+    if not single:
+        raise SystemExit(f"no `single` episodes of {args.variant!r} in {args.folder}")
+    total = statistics.mean(sum(t) for t in single.values())
+    longest = statistics.mean(max(t) for t in single.values())
+    print(f"{len(single)} classes; `single` writes {total:.0f} tokens a class (mean)")
+    print(f"bound of any team (the longest method): {longest:.0f} tokens, {longest / total:.3f}x")
+    for size in (int(s) for s in args.sizes.split(",")):
+        best = statistics.mean(best_split(t, size) for t in single.values())
+        line = (
+            f"team of {size}: best deal of single's methods {best:.0f} tokens, {best / total:.3f}x"
+        )
+        measured = [
+            r["critical_path_tokens"]
+            for r in rows
+            if r["shape"] == "parallel"
+            and len(r["dealt"]) == min(size, len(r["methods"]))
+            and r["task_id"] in single
+        ]
+        if len(measured) == len(single):
+            mean = statistics.mean(measured)
+            line += f"; measured {mean:.0f} tokens, {mean / total:.3f}x"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
