@@ -30,7 +30,7 @@ from agents.kinds.classes import (
     method_nodes,
     opening,
 )
-from agents.team.graph import GREEDY, Sampling, TeamSettings
+from agents.team.graph import GREEDY, Settled, TeamSettings
 
 # -- the class team ------------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def method_end(text: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class ClassTeam:
+class ClassTeam(Settled):
     """What stays fixed during a class episode: the problem, the team's settings (shape, turns,
     sampling: agents/team/graph.py `TeamSettings`), the methods dealt to each agent, each
     agent's adapter (None: the base model), the policy."""
@@ -86,18 +86,6 @@ class ClassTeam:
     dealt: list[list[str]]
     adapters: list[str | None]
     policy: object  # anything with `generate(requests, on_token) -> completions`
-
-    @property
-    def shape(self) -> str:
-        return self.settings.shape
-
-    @property
-    def turns(self) -> int:
-        return self.settings.turns
-
-    @property
-    def sampling(self) -> Sampling:
-        return self.settings.sampling
 
 
 @dataclass

@@ -120,17 +120,11 @@ class TeamSettings:
         )
 
 
-@dataclass
-class Team:
-    """Everything that stays fixed during an episode: the task, the settings, each agent's role
-    and adapter name (None: the base model), the policy and the checker."""
+class Settled:
+    """A team with `settings` (`TeamSettings`): its shape, turn limit and sampling read there
+    (a function's or a document's `Team`, a class's `ClassTeam`)."""
 
-    task: Task
     settings: TeamSettings
-    roles: list[Role]
-    adapters: list[str | None]
-    policy: Policy
-    checker: CodeChecker = parse_check
 
     @property
     def shape(self) -> str:
@@ -143,6 +137,19 @@ class Team:
     @property
     def sampling(self) -> Sampling:
         return self.settings.sampling
+
+
+@dataclass
+class Team(Settled):
+    """Everything that stays fixed during an episode: the task, the settings, each agent's role
+    and adapter name (None: the base model), the policy and the checker."""
+
+    task: Task
+    settings: TeamSettings
+    roles: list[Role]
+    adapters: list[str | None]
+    policy: Policy
+    checker: CodeChecker = parse_check
 
     @property
     def size(self) -> int:
