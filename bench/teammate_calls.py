@@ -1,0 +1,50 @@
+"""Calls between teammates in a class evaluation: for each team row (shape and variant) of an
+evaluation's episodes, the methods whose docstring implies a call to a teammate's method
+(ClassEval's method dependencies, dealt to another agent), how many of them the team's code
+calls, and how many of those pass all their tests (agents/kinds/class_team.py `teammate_calls`).
+
+Usage: python bench/teammate_calls.py EVAL_FOLDER
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agents.kinds.class_team import teammate_calls  # noqa: E402
+from agents.kinds.classes import class_problem  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", help="a `coteam eval --task class` output folder")
+    args = parser.parse_args()
+    counts: dict[str, Counter] = {}
+    for line in (Path(args.folder) / "episodes.jsonl").open():
+        row = json.loads(line)
+        if len(row["dealt"]) < 2 or row["sample"] != 0:
+            continue  # one agent has no teammate
+        problem = class_problem(row["task_id"])
+        tally = counts.setdefault(f"{row['shape']}@{row.get('variant', 'base')}", Counter())
+        for method, called in teammate_calls(problem, row["dealt"], row["program"]).items():
+            tests = [t for t, m in problem.test_classes.items() if m == method]
+            passed = bool(tests) and all(
+                row["test_classes"][t][0] == row["test_classes"][t][1] for t in tests
+            )
+            tally["implied"] += 1
+            tally["called"] += called
+            tally["called and passing"] += called and passed
+    for row, tally in counts.items():
+        print(
+            f"{row}: {tally['implied']} methods imply a teammate's call; the code calls "
+            f"{tally['called']}, of which {tally['called and passing']} pass their tests"
+        )
+
+
+if __name__ == "__main__":
+    main()
