@@ -22,31 +22,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agents.kinds.classes import class_problem, deal  # noqa: E402
 
 
+def busiest(split: tuple[int, ...], sizes: list[int]) -> int:
+    """The most any agent gets when method i goes to agent `split[i]`."""
+    loads = [0] * (max(split) + 1)
+    for agent, size in zip(split, sizes, strict=True):
+        loads[agent] += size
+    return max(loads)
+
+
+def splits(methods: int, agents: int):
+    """Every way to give each of `methods` methods to one of `agents` agents."""
+    return product(range(min(agents, methods)), repeat=methods)
+
+
 def best_split(tokens: list[int], agents: int) -> int:
     """The fewest tokens the busiest of `agents` writes, over every way to split the methods."""
-    agents = min(agents, len(tokens))
-    return min(
-        max(
-            sum(t for t, a in zip(tokens, split, strict=True) if a == agent)
-            for agent in range(agents)
-        )
-        for split in product(range(agents), repeat=len(tokens))
-    )
+    return min(busiest(split, tokens) for split in splits(len(tokens), agents))
 
 
 def by_docstring(methods: list[dict], agents: int) -> int:
     """The busiest agent's tokens when the methods are split to balance their openings' lengths
     (the skeleton's stub and docstring: the one size known before a method is written)."""
-    agents = min(agents, len(methods))
     sizes = [len(m["opening"]) for m in methods]
-
-    def load(split, what):
-        return max(
-            sum(w for w, a in zip(what, split, strict=True) if a == k) for k in range(agents)
-        )
-
-    split = min(product(range(agents), repeat=len(methods)), key=lambda s: load(s, sizes))
-    return load(split, [m["tokens"] for m in methods])
+    split = min(splits(len(methods), agents), key=lambda s: busiest(s, sizes))
+    return busiest(split, [m["tokens"] for m in methods])
 
 
 def by_the_deal(task_id: str, methods: list[dict], agents: int) -> int:

@@ -1,7 +1,8 @@
 """Calls between teammates in a class evaluation: for each team row (shape and variant) of an
 evaluation's episodes, the methods whose docstring implies a call to a teammate's method
 (ClassEval's method dependencies, dealt to another agent), how many of them the team's code
-calls, and how many of those pass all their tests (agents/kinds/class_team.py `teammate_calls`).
+calls, and how many of those pass their test class: the class reward's coordination count
+(agents/kinds/class_team.py `teammate_calls`, `passing_methods`).
 
 Usage: python bench/teammate_calls.py EVAL_FOLDER
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.kinds.class_team import teammate_calls  # noqa: E402
+from agents.kinds.class_team import passing_methods, teammate_calls  # noqa: E402
 from agents.kinds.classes import class_problem  # noqa: E402
 
 
@@ -31,14 +32,11 @@ def main() -> None:
             continue  # one agent has no teammate
         problem = class_problem(row["task_id"])
         tally = counts.setdefault(f"{row['shape']}@{row.get('variant', 'base')}", Counter())
+        passing = passing_methods(problem, row["test_classes"])
         for method, called in teammate_calls(problem, row["dealt"], row["program"]).items():
-            tests = [t for t, m in problem.test_classes.items() if m == method]
-            passed = bool(tests) and all(
-                row["test_classes"][t][0] == row["test_classes"][t][1] for t in tests
-            )
             tally["implied"] += 1
             tally["called"] += called
-            tally["called and passing"] += called and passed
+            tally["called and passing"] += called and method in passing
     for row, tally in counts.items():
         print(
             f"{row}: {tally['implied']} methods imply a teammate's call; the code calls "

@@ -533,6 +533,12 @@ def teammate_calls(problem: ClassProblem, dealt: list[list[str]], program: str) 
     return found
 
 
+def passing_methods(problem: ClassProblem, test_classes: dict) -> set[str | None]:
+    """The methods with a test class that passed in full (`test_classes`: name -> (passed,
+    total); a test class of several methods together names none)."""
+    return {problem.test_classes.get(name) for name, (p, t) in test_classes.items() if p == t}
+
+
 def class_reward(
     episode: ClassEpisode,
     weights: ClassRewardWeights = ClassRewardWeights(),  # noqa: B008
@@ -543,9 +549,7 @@ def class_reward(
     problem, verdict = episode.problem, episode.verdict
     tests = verdict.fraction
     whole = 1.0 if verdict.all_passed else 0.0
-    passing = {
-        problem.test_classes.get(name) for name, (p, t) in verdict.test_classes.items() if p == t
-    }
+    passing = passing_methods(problem, verdict.test_classes)
     calls = teammate_calls(problem, episode.dealt, episode.merged.program)
     coordination = (
         sum(called and method in passing for method, called in calls.items()) / len(calls)
