@@ -110,12 +110,13 @@ def cmd_episode(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from agents.kinds import work_of
     from agents.serving.models import ModelError
     from agents.serving.policy import PolicyError
     from agents.serving.server import ServerError
     from agents.tasks import find_task
     from agents.team.graph import TeamSettings
-    from agents.team.roles import default_max_tokens, load_prompts
+    from agents.team.roles import load_prompts
     from app.live import verdict_words
     from learner.episode import EpisodeSetup, ScoringError, play
 
@@ -140,7 +141,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
             if not agent.isdigit() or int(agent) < 1 or not name:
                 raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
             adapters[int(agent) - 1] = name
-        sampling = asked_sampling(args, default_max_tokens(task.form))
+        sampling = asked_sampling(args, work_of(task).max_tokens)
         prompts = load_prompts(args.roles_file) if args.roles_file else None
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)

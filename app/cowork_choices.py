@@ -11,6 +11,7 @@ import textwrap
 from dataclasses import replace
 
 import store
+from agents.kinds import WORKS, role_names
 from agents.kinds.class_team import CLASS_MAX_TOKENS
 from agents.kinds.classes import (
     ClassProblem,
@@ -31,7 +32,7 @@ from agents.tasks import (
     longform_tasks,
     xsum_tasks,
 )
-from agents.team.roles import MAX_AGENTS, default_max_tokens, role_names, size_from_setting
+from agents.team.roles import MAX_AGENTS, size_from_setting
 from app.context import AppContext
 from learner.registry import (
     CARD,
@@ -235,11 +236,11 @@ def chosen_class(source: str, problem: str | None, skeleton: str, tests: str) ->
 
 
 def source_max_tokens(kind: str, source: str) -> int:
-    """The tokens per agent call a task source starts with (`default_max_tokens` of its form;
+    """The tokens per agent call a task source starts with (its kind of work's, agents/kinds/;
     a class's: each method's budget, as the class evaluation gives it)."""
     if source in CLASS_SOURCES:
         return CLASS_MAX_TOKENS
-    return default_max_tokens("longform" if source in ("longform", "own_longform") else kind)
+    return WORKS["longform" if source in ("longform", "own_longform") else kind].max_tokens
 
 
 def task_preview(kind: str, problem: str | None) -> str:

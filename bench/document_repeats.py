@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scipy.stats import wilcoxon  # noqa: E402
 
 import store  # noqa: E402
+from agents.kinds import team_roles  # noqa: E402
 from agents.tasks import longform_tasks  # noqa: E402
 from agents.team.outline import document_sections  # noqa: E402
-from agents.team.roles import team_roles  # noqa: E402
 from agents.team.sentences import drop_repeats  # noqa: E402
 from learner.writing_reward import longform_reward  # noqa: E402
 from store.db import rows  # noqa: E402

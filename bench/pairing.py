@@ -41,9 +41,9 @@ import torch  # noqa: E402
 from scipy.stats import kendalltau  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from agents.kinds import work_of  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
-from agents.team.feedback import checker_for  # noqa: E402
 from agents.team.graph import Sampling  # noqa: E402
 from learner.config import MAGRPOConfig  # noqa: E402
 from learner.magrpo import group_advantages, has_signal  # noqa: E402
@@ -81,7 +81,7 @@ def measure(client, args) -> dict:
             )  # fmt: skip
             rollout_s = time.perf_counter() - start
             start = time.perf_counter()
-            returns = cross_group(results, crossed, checker_for(task.kind), None, crossed.weights)
+            returns = cross_group(results, crossed, work_of(task).checker, None, crossed.weights)
             groups.append(
                 {
                     "task": task.source_id,

@@ -212,9 +212,11 @@ def class_paired_scores(
     def one(job):
         nonlocal done
         team, index = job
-        sampling = judged_sampling(k, settings.max_tokens, seed=1000 * index)
+        sampling = judged_sampling(k, settings.max_tokens, seed=0)
         agents = teams[team]
-        played_by = TeamSettings(trained_shape(len(agents)), len(agents), turns, agents, sampling)
+        played_by = TeamSettings(
+            trained_shape(len(agents)), len(agents), turns, agents, sampling
+        ).for_task(index)
         played = play_classes(problems[index], client, k, played_by, db_path=db_path)
         with lock:
             done += 1

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
+from agents.kinds import team_roles, work_of
 from agents.tasks import Task
 from agents.team.episode import run_episode, run_group, team_adapters
-from agents.team.feedback import checker_for
 from agents.team.graph import Event, Policy, TeamSettings
 from agents.team.result import EpisodeResult
-from agents.team.roles import Role, team_roles, team_size
+from agents.team.roles import Role, team_size
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.rewards import Scored, score_group, store_scored
 
@@ -80,7 +80,7 @@ def play(
     to the group's rewards at `setup.weights.human` (`score_group`) before they are recorded.
     `on_event` streams one episode's events (see `run_episode`). A failure in scoring raises
     `ScoringError` with the recorded episode."""
-    checker = checker_for(setup.task.kind)
+    checker = work_of(setup.task).checker
     if samples == 1:
         results = [
             run_episode(setup.task, policy, setup.team, checker=checker, db=db, on_event=on_event)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import store
+from agents.kinds import work_of
 from agents.serving.server import machine
 from agents.tasks import Task, split_tasks
 from agents.team.graph import Policy, TeamSettings, requests_at_once
@@ -122,47 +123,68 @@ def episode_metrics(result: EpisodeResult, scored: Scored) -> dict:
         "critical_tokens": int(reward["critical_tokens"]),
         "prompt_tokens": sum(s["prompt_tokens"] for s in result.steps),
     }
-    if task.kind == "coding":
-        # pass and tests judge the team's combined module
-        program, report = result.output, scored.report
-        passed, total = (report.passed, report.total) if report else (0, 0)
-        needed = [task.entry_point] + (["aux"] if team else [])
-        metrics |= {
-            "pass": report is not None and report.all_passed,
-            "tests": report.fraction if report else 0.0,
-            "consistency": reward["coordination"] if team else None,
-            "helper_called": reward["helper_called"] if team else None,
-            "role_violations": reward["role_violations"] if team else None,
-            "structure": float(
-                parses(program) and all(defines_with_return(program, f) for f in needed)
-            ),
-            "asserts_passed": passed,
-            "asserts_total": total,
-            "helper_alone": helper_alone(result),
-        }
-    else:
-        parts = [s["text"].strip() for s in result.final_steps()]
-        metrics |= {
-            "pass": bool(result.success),
-            "reference": reward.get("reference"),
-            "consistency": reward["consistency"] if team else None,
-            "structure": reward["structure"],
-            "redundancy": reward["redundancy"] if team else None,
-            "words": [len(p.split()) for p in parts],
-        }
-        if task.form == "longform":
-            # structure: each outline section written once, by its owner; redundancy between the
-            # document's sections, for single too (one writer can also say things twice)
-            owners = [role.sections for role in result.roles]
-            metrics |= {
-                "structure": structure_compliance(parts, task.extra["outline"], owners),
-                "redundancy": reward["redundancy"],
-                "document_redundancy": reward["document_redundancy"],
-                "repeats_dropped": reward["repeats_dropped"],
-                "coverage": reward["coverage"],
-            }
+    metrics |= KIND_METRICS[work_of(task).name](result, scored, team)
     metrics["reward"] = scored.reward
     return metrics
+
+
+def _coding_metrics(result: EpisodeResult, scored: Scored, team: bool) -> dict:
+    """pass and tests judge the team's combined module; its structure, its helper's use."""
+    task, reward = result.task, scored.components
+    program, report = result.output, scored.report
+    passed, total = (report.passed, report.total) if report else (0, 0)
+    needed = [task.entry_point] + (["aux"] if team else [])
+    return {
+        "pass": report is not None and report.all_passed,
+        "tests": report.fraction if report else 0.0,
+        "consistency": reward["coordination"] if team else None,
+        "helper_called": reward["helper_called"] if team else None,
+        "role_violations": reward["role_violations"] if team else None,
+        "structure": float(
+            parses(program) and all(defines_with_return(program, f) for f in needed)
+        ),
+        "asserts_passed": passed,
+        "asserts_total": total,
+        "helper_alone": helper_alone(result),
+    }
+
+
+def _writing_metrics(result: EpisodeResult, scored: Scored, team: bool) -> dict:
+    """pass is the environment's verdict; agreement with the reference, the parts' words."""
+    reward = scored.components
+    parts = [s["text"].strip() for s in result.final_steps()]
+    return {
+        "pass": bool(result.success),
+        "reference": reward.get("reference"),
+        "consistency": reward["consistency"] if team else None,
+        "structure": reward["structure"],
+        "redundancy": reward["redundancy"] if team else None,
+        "words": [len(p.split()) for p in parts],
+    }
+
+
+def _document_metrics(result: EpisodeResult, scored: Scored, team: bool) -> dict:
+    """Writing's, with structure as each outline section written once, by its owner, and
+    redundancy between the document's sections, for single too (one writer can also say
+    things twice)."""
+    reward = scored.components
+    parts = [s["text"].strip() for s in result.final_steps()]
+    owners = [role.sections for role in result.roles]
+    return _writing_metrics(result, scored, team) | {
+        "structure": structure_compliance(parts, result.task.extra["outline"], owners),
+        "redundancy": reward["redundancy"],
+        "document_redundancy": reward["document_redundancy"],
+        "repeats_dropped": reward["repeats_dropped"],
+        "coverage": reward["coverage"],
+    }
+
+
+# an episode's metrics of its kind of work (agents/kinds/), by the kind's name
+KIND_METRICS = {
+    "coding": _coding_metrics,
+    "writing": _writing_metrics,
+    "longform": _document_metrics,
+}
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -347,12 +369,8 @@ def _run_unit(
     size = config.team_size(unit.shape)
     given = config.variants[unit.variant]
     adapters = [given[i] if i < len(given) else None for i in range(size)]
-    sampling = config.sampling
-    if sampling.seed is not None:
-        sampling = replace(sampling, seed=sampling.seed + 1000 * unit.index)
-    setup = EpisodeSetup(
-        unit.task, TeamSettings(unit.shape, size, config.turns, adapters, sampling)
-    )
+    team = TeamSettings(unit.shape, size, config.turns, adapters, config.sampling)
+    setup = EpisodeSetup(unit.task, team.for_task(unit.index))
     records = []
     for g, played in enumerate(play(setup, policy, db=db_path, samples=len(unit.samples))):
         result = played.result
@@ -407,7 +425,7 @@ def evaluate(
     total = config.episode_count(len(tasks))
     if units:
         load_variant_adapters(policy, config.variants, db_path)
-        if any(task.kind == "writing" for task in tasks):
+        if any(not work_of(task).tested for task in tasks):
             # the writers' combiner embeds sentences: load the model before the first episode's
             # clock starts (4.5 s on a 2-core CPU), not inside whichever shape runs first
             embedding_model()

@@ -32,6 +32,7 @@ from pathlib import Path
 from scipy import stats
 
 import store
+from agents.kinds import work_of
 from agents.serving.policy import PolicyClient
 from agents.tasks import Task, TaskSet, split_tasks
 from agents.team.graph import TeamSettings, judged_sampling
@@ -202,18 +203,18 @@ def paired_scores(
         nonlocal done
         team, index = job
         task = tasks[index]
-        sampling = judged_sampling(k, settings.max_tokens, seed=1000 * index)
+        sampling = judged_sampling(k, settings.max_tokens, seed=0)
         agents = teams[team]
         played_by = TeamSettings(
             agents=len(agents), turns=turns, adapters=agents, sampling=sampling
-        )
+        ).for_task(index)
         setup = EpisodeSetup(task, played_by, weights, budget)
         played = play(setup, client, db=db_path, samples=k)
         with lock:
             done += 1
             if on_progress:
                 on_progress(done, total)
-        tested = task.kind == "coding"
+        tested = work_of(task).tested
         return [
             (p.scored, p.result.output or "", bool(p.result.success) if tested else None)
             for p in played

@@ -33,6 +33,7 @@ from sqlite_utils import Database
 
 import store
 from agents.judge.testrun import TestReport, run_tests
+from agents.kinds import work_of
 from learner.coding_reward import coding_reward, parses
 from learner.reward_config import RewardWeights, SpeedBudget
 from learner.writing_reward import longform_reward, writing_reward
@@ -154,8 +155,8 @@ TASK_REWARDS: dict[str, TaskReward] = {}
 
 
 def task_reward(form: str) -> Callable[[TaskReward], TaskReward]:
-    """Register `fn(result, report, weights) -> components` as the task reward of `form` (a name
-    of `reward_form`), as TRL's reward functions are given: every one takes the finished episode
+    """Register `fn(result, report, weights) -> components` as the task reward of `form` (a kind
+    of work's name, agents/kinds/: "coding", "writing", "longform"), as TRL's reward functions are given: every one takes the finished episode
     (`agents.team.result.EpisodeResult`), the test report of its program (None where there
     is none) and the weights, and returns its components by name, `quality` and `coordination`
     among them."""
@@ -167,14 +168,6 @@ def task_reward(form: str) -> Callable[[TaskReward], TaskReward]:
         return fn
 
     return register
-
-
-def reward_form(task) -> str:
-    """Which task reward scores `task`: "coding", "longform" (a sectioned document) or
-    "writing" (summaries, expansions, a person's own request)."""
-    if task.kind == "coding":
-        return "coding"
-    return "longform" if task.form == "longform" else "writing"
 
 
 @task_reward("coding")
@@ -261,12 +254,12 @@ def score_episode(
     environment's verdict (`result.success`) as its tests: `RewardWeights.verdict` of it is
     the verdict, the rest the length and reference scores (the component `verdict` keeps it).
     """
-    task = result.task
+    task, work = result.task, work_of(result.task)
     report = result.test_report
-    if report is None and task.kind == "coding" and task.tests and parses(result.output):
+    if report is None and work.tested and task.tests and parses(result.output):
         report = run_tests(result.output, task.tests, task.entry_point, given=task.preamble)
-    components = TASK_REWARDS[reward_form(task)](result, report, weights)
-    if task.kind == "writing":  # the verdict is writing's tests: a share of quality
+    components = TASK_REWARDS[work.name](result, report, weights)
+    if not work.tested:  # the verdict is writing's tests: a share of quality
         components["verdict"] = float(result.success)
         components["quality"] = (1 - weights.verdict) * components["quality"] + (
             weights.verdict * components["verdict"]

@@ -36,10 +36,10 @@ from typing import NamedTuple
 import torch
 
 import store
+from agents.kinds import work_of
 from agents.serving.policy import PolicyClient
 from agents.tasks import Task, split_tasks
 from agents.team.crossing import recombine
-from agents.team.feedback import checker_for
 from agents.team.graph import Sampling, TeamSettings
 from learner.class_train import (
     class_training_problems,
@@ -454,7 +454,7 @@ def rollout_group(
     rewards = torch.tensor([s.reward for s in scores])
     components = [s.components for s in scores]
     if args.magrpo.joint_mode == "cross":
-        checker = checker_for(task.kind)  # as the episodes were judged
+        checker = work_of(task).checker  # as the episodes were judged
         returns = cross_group(results, args, checker, preference, weights)
         return Group(results, rewards, returns, components)
     return Group(results, rewards, rewards.expand(args.agents, -1), components)

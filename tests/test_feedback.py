@@ -1,5 +1,6 @@
 """The environment's feedback to each agent, for coding and writing teams."""
 
+from agents.kinds import team_roles
 from agents.tasks import humaneval_task, writing_prompt_task
 from agents.team.combine import combine_code
 from agents.team.feedback import (
@@ -9,7 +10,6 @@ from agents.team.feedback import (
     overlap,
     parse_check,
 )
-from agents.team.roles import team_roles
 
 TASK = humaneval_task(0)
 ROLES = team_roles(TASK, "parallel", 2)

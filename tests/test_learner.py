@@ -13,12 +13,12 @@ import time
 import pytest
 
 import store
+from agents.kinds import work_of
 from agents.serving.models import model_provenance
 from agents.serving.policy import PolicyClient, PolicyError, Request
 from agents.tasks import split_tasks
 from agents.team.crossing import recombine
 from agents.team.episode import run_episode
-from agents.team.feedback import checker_for
 from agents.team.graph import Sampling, TeamSettings
 from app.commands_train import adapter_record
 from learner.config import MAGRPOConfig, TrainArgs
@@ -422,7 +422,7 @@ def test_a_crossed_run_judges_each_mix_of_real_answers_as_the_episode_of_its_par
     )
     assert returns.shape == (2, 2)
     for g, result in enumerate(results):
-        again = recombine(results, (g, g), checker_for(task.kind))
+        again = recombine(results, (g, g), work_of(task).checker)
         assert again.output == result.output and again.success == result.success
         passed = [r.test_report and r.test_report.passed for r in (again, result)]
         assert passed[0] == passed[1]  # None both when the program did not parse: no tests ran

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from agents.kinds import team_roles
 from agents.serving.policy import pieces_kept
 from agents.tasks import (
     DEFAULT_OUTLINE,
@@ -27,7 +28,7 @@ from agents.team.outline import (
     structure_compliance,
     writer_stop,
 )
-from agents.team.roles import section_min_tokens, section_words_of, team_roles, token_share
+from agents.team.roles import section_min_tokens, section_words_of, token_share
 from agents.team.sentences import drop_repeats
 from learner.rewards import score_episode
 from learner.writing_reward import longform_reward

@@ -589,17 +589,20 @@ def test_play_runs_the_tests_once_scores_blends_and_records_each_episode(tmp_pat
             assert episode["reward_weights"]["w_role_violation"] == 0.3
 
 
-def test_every_task_form_has_one_registered_reward():
-    """One reward contract: a function per task form, one signature, registered."""
+def test_every_kind_of_work_has_one_registered_reward():
+    """One reward contract: a function per kind of work the team graph plays, one signature,
+    registered under the kind's name."""
     import inspect
 
-    from agents.tasks import humaneval_task
-    from learner.rewards import TASK_REWARDS, reward_form
+    from agents.kinds import WORKS, work_of
+    from agents.tasks import humaneval_task, longform_tasks
+    from learner.rewards import TASK_REWARDS
 
-    assert set(TASK_REWARDS) == {"coding", "longform", "writing"}
+    assert set(TASK_REWARDS) == set(WORKS) == {"coding", "longform", "writing"}
     signatures = {str(inspect.signature(fn)) for fn in TASK_REWARDS.values()}
     assert len(signatures) == 1
-    assert reward_form(humaneval_task(0)) == "coding"
+    assert work_of(humaneval_task(0)).name == "coding"
+    assert work_of(longform_tasks()[0]).name == "longform"
 
 
 def test_no_other_module_combines_reward_parts():

@@ -82,8 +82,8 @@ def test_a_begun_reply_is_continued_not_answered_anew(policy):
 def test_the_server_takes_every_long_form_writers_stop_strings(policy):
     """The OpenAI-compatible API refuses more than 4 stop strings: each writer of a 2-, 3- and
     4-agent long-form team sends its own, and the server accepts them."""
+    from agents.kinds import team_roles
     from agents.tasks import longform_tasks
-    from agents.team.roles import team_roles
 
     task = longform_tasks("held_out")[0]
     requests = [

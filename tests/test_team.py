@@ -7,12 +7,13 @@ import threading
 import pytest
 
 import store
+from agents.kinds import role_names, team_roles
 from agents.serving.policy import PolicyError
 from agents.tasks import humaneval_task, writing_prompt_task, xsum_tasks
 from agents.team.episode import make_team, run_episode, run_group
 from agents.team.feedback import CodeCheck, parse_check
 from agents.team.graph import GREEDY, Sampling, TeamSettings, build_graph
-from agents.team.roles import SHAPES, frame_echo, load_prompts, role_names, team_roles
+from agents.team.roles import SHAPES, frame_echo, load_prompts
 from agents.team.writer import earliest
 from tests.scripted import ScriptedPolicy, adapters, agent_of
 

@@ -222,7 +222,8 @@ def test_an_agent_cut_off_at_the_token_limit_is_named_with_the_fix(ctx):
 def test_a_writer_stopped_at_its_share_is_not_sent_to_raise_the_token_limit(ctx):
     """A long-form writer's call is capped at its share (the upper end of its words), below the
     run's limit: one that loops stops there, and the page says so, not "raise the limit"."""
-    from agents.team.roles import LONGFORM_MAX_TOKENS, team_roles, token_share
+    from agents.kinds import team_roles
+    from agents.team.roles import LONGFORM_MAX_TOKENS, token_share
 
     task = longform_tasks("held_out")[0]
 
@@ -623,8 +624,9 @@ def test_a_plain_request_is_written_a_section_per_writer_with_tokens_to_finish()
     """The Co-write page's first choice is a person's own request written as sections, a
     writer's each (the default outline when the sections box is empty); free-form parts are a
     named option; a sectioned document starts with tokens enough for every writer's share."""
+    from agents.kinds import team_roles
     from agents.tasks import DEFAULT_OUTLINE
-    from agents.team.roles import LONGFORM_MAX_TOKENS, team_roles, token_share
+    from agents.team.roles import LONGFORM_MAX_TOKENS, token_share
     from app.cowork_choices import SOURCES, source_max_tokens
 
     assert SOURCES["writing"][0][1] == "own_longform"

@@ -19,11 +19,12 @@ from pathlib import Path
 from sqlite_utils import Database
 
 import store
+from agents.kinds import team_roles
 from agents.tasks import Task, save_task
 from agents.team.feedback import CodeChecker, parse_check, verdict_checks
 from agents.team.graph import Event, Policy, Team, TeamSettings, build_graph, initial_state
 from agents.team.result import EpisodeResult
-from agents.team.roles import team_roles, team_size
+from agents.team.roles import team_size
 
 
 def make_team(

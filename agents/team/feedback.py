@@ -68,12 +68,6 @@ def parse_check(code: str, task: Task) -> CodeCheck:
     return CodeCheck(passed=True)
 
 
-def checker_for(kind: str) -> CodeChecker:
-    """What judges a team's output of a task kind wherever the tests count (training, the gate,
-    evaluation, the benches): the sandbox runs a program's tests; writing has no program."""
-    return sandbox_check if kind == "coding" else parse_check
-
-
 def sandbox_check(code: str, task: Task) -> CodeCheck:
     """The check that runs the task's tests in the sandbox, one assert at a time; it passes when
     every counted assert passes. Without tests it is `parse_check`."""

@@ -36,11 +36,11 @@ from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
+from agents.kinds import Work, work_of
 from agents.serving.policy import Completion, Request
 from agents.tasks import Task
-from agents.team.combine import CombinedCode, combine_code, combine_sections, concat_code
-from agents.team.feedback import Assessment, CodeChecker, assess_code, assess_writing, parse_check
-from agents.team.outline import assemble, document_sections, outline_of, writer_stop
+from agents.team.combine import CombinedCode
+from agents.team.feedback import Assessment, CodeChecker, parse_check
 from agents.team.result import Step
 from agents.team.roles import (
     DEFAULT_MAX_TOKENS,
@@ -48,7 +48,6 @@ from agents.team.roles import (
     NO_FEEDBACK,
     OWN_DRAFT,
     PREVIOUS_ANSWER,
-    TASK_FRAMES,
     TEAMMATE_PART,
     TEAMMATES_BEFORE,
     TEAMMATES_DRAFTS,
@@ -57,8 +56,7 @@ from agents.team.roles import (
     frame_echo,
     token_share,
 )
-from agents.team.sentences import drop_repeats
-from agents.team.writer import continuing, earliest, go_on, without_stray_hash
+from agents.team.writer import continuing, earliest, without_stray_hash
 
 Event = dict[str, Any]
 
@@ -89,7 +87,8 @@ GREEDY = Sampling(temperature=0.0, top_p=1.0)  # for evaluation
 def judged_sampling(samples: int, max_tokens: int, seed: int | None = None) -> Sampling:
     """How the gate and the class evaluation sample an answer: greedy when a task gets one
     answer, else as the app samples (`Sampling`'s defaults: T = 0.8, top-p 0.95) from `seed`
-    (a group's answer g: `seed + 100 g`, `TeamSettings.for_sample`)."""
+    (a run's task i: `seed + 1000 i`, `TeamSettings.for_task`; a group's answer g:
+    `seed + 100 g`, `TeamSettings.for_sample`)."""
     if samples == 1:
         return replace(GREEDY, max_tokens=max_tokens)
     return Sampling(max_tokens=max_tokens, seed=seed)
@@ -109,14 +108,23 @@ class TeamSettings:
     sampling: Sampling = field(default_factory=Sampling)
     prompts: dict[str, str] | None = None
 
+    def for_task(self, index: int) -> TeamSettings:
+        """The settings for the `index`-th task of a run (evaluation, the gate): seeded
+        `seed + 1000 index` when the sampling has a seed, so every task has its own draws and
+        every team the same ones; else the same settings."""
+        return self._seeded(1000 * index)
+
     def for_sample(self, g: int) -> TeamSettings:
         """Sample g of a group of episodes (a MAGRPO group): seeded `seed + 100 g` when the
         sampling has a seed, else the same settings."""
+        return self._seeded(100 * g)
+
+    def _seeded(self, offset: int) -> TeamSettings:
         seed = self.sampling.seed
         return (
             self
             if seed is None
-            else replace(self, sampling=replace(self.sampling, seed=seed + 100 * g))
+            else replace(self, sampling=replace(self.sampling, seed=seed + offset))
         )
 
 
@@ -156,6 +164,11 @@ class Team(Settled):
         return len(self.roles)
 
     @property
+    def work(self) -> Work:
+        """The task's kind of work, which the nodes ask instead of branching on it."""
+        return work_of(self.task)
+
+    @property
     def rounds(self) -> int:
         """Agent calls per agent per turn."""
         return 2 if self.shape == "one_round_discussion" else 1
@@ -192,7 +205,7 @@ def observe(team: Team, state: TeamState, agent: int, round: int = 0) -> list[di
     """Agent `agent`'s observation as chat messages: its role, the task, its own last answer
     and feedback, and only the teammates' work its shape shows it on purpose."""
     role, outputs = team.roles[agent], state["outputs"]
-    frame = TASK_FRAMES["coding" if team.task.kind == "coding" else team.task.form]
+    frame = team.work.frame(team.task)
     problem = team.task.prompt if role.problem is None else role.problem
     parts = [fill(frame, prompt=problem)] if problem.strip() else []
     if role.contract:
@@ -231,17 +244,16 @@ def act(team: Team, view: View) -> dict:
     agent, turn, round = view["agent"], view["turn"], view["round"]
     write = get_stream_writer()
     where = {"agent": agent, "turn": turn, "round": round}
-    write({"event": "agent_start", **where, "role": team.roles[agent].name})
+    role = team.roles[agent]
+    write({"event": "agent_start", **where, "role": role.name})
     s = team.sampling
-    share = token_share(team.roles[agent])
+    share = token_share(role)
     # a reply the environment began (see `observe`) is the agent's answer with its beginning
     begun = view["messages"][-1]["content"] if view["messages"][-1]["role"] == "assistant" else ""
-    long_form = team.task.form == "longform"
-    outline = outline_of(team.task) if long_form else []
-    # a long-form writer stops at a teammate's section or a loop; any reply, where it copies
-    # one of the frames of its view (its last answer, the feedback, teammates' drafts)
-    writer = writer_stop(outline, team.roles[agent].sections) if long_form else None
-    stop_when = earliest(writer, frame_echo)
+    # a reply stops where its kind of work says (a long-form writer: at a teammate's section or
+    # a loop) and, any reply, where it copies one of the frames of its view (its last answer,
+    # the feedback, teammates' drafts)
+    stop_when = earliest(team.work.stop_for(team.task, role), frame_echo)
     request = Request(
         messages=view["messages"],
         adapter=team.adapters[agent],
@@ -252,7 +264,7 @@ def act(team: Team, view: View) -> dict:
         seed=None if s.seed is None else s.seed + agent,
         logprobs=s.logprobs,
         repetition_penalty=s.repetition_penalty,
-        stop=list(team.roles[agent].stop) or None,
+        stop=list(role.stop) or None,
         stop_when=continuing(stop_when, begun),
     )
     if begun:
@@ -260,13 +272,13 @@ def act(team: Team, view: View) -> dict:
     stream = lambda _, piece: write({"event": "token", **where, "text": piece})  # noqa: E731
     [completion] = team.policy.generate([request], on_token=stream)
     text = without_stray_hash(request, completion, begun + completion.text)
-    if long_form and not s.logprobs:  # a writer that left a section out goes on with it
-        text, completion = go_on(
-            team.policy, request, team.roles[agent], outline, stop_when, text, completion, stream
+    if not s.logprobs:  # what more its kind of work asks of it (a writer's left-out section)
+        text, completion = team.work.go_on(
+            team.policy, team.task, role, request, stop_when, text, completion, stream
         )
     step = Step(
         **where,
-        role=team.roles[agent].name,
+        role=role.name,
         messages=view["messages"],
         text=text,
         adapter=team.adapters[agent],
@@ -288,18 +300,8 @@ def act_in_line(team: Team, agent: int, state: TeamState) -> dict:
 def combine(team: Team, state: TeamState) -> dict:
     """Join the agents' latest parts into the team's result."""
     texts = [state["outputs"][i] for i in range(team.size)]
-    if team.task.form == "longform":
-        outline = outline_of(team.task)
-        sections = drop_repeats(document_sections(texts, outline, [r.sections for r in team.roles]))
-        return {"combined": None, "output": assemble(team.task.extra["title"], outline, sections)}
-    if team.task.kind != "coding":
-        return {"combined": None, "output": combine_sections(texts)}
-    if team.shape == "naive_concat":
-        combined = concat_code(texts)
-    else:
-        owners = [role.owns for role in team.roles]
-        combined = combine_code(texts, owners, team.task.preamble, team.task.prompt)
-    return {"combined": combined, "output": combined.code}
+    combined, output = team.work.combine(team.task, team.shape, team.roles, texts)
+    return {"combined": combined, "output": output}
 
 
 def environment(team: Team, state: TeamState) -> dict:
@@ -320,10 +322,10 @@ def environment(team: Team, state: TeamState) -> dict:
 
 def assess(team: Team, state: Mapping[str, Any], cut_off: Sequence[bool]) -> Assessment:
     """The environment's verdict on the team's latest parts (`state`'s outputs, as combined)."""
-    if team.task.kind == "coding":
-        return assess_code(state["combined"], team.roles, team.task, team.checker, cut_off)
     texts = [state["outputs"][i] for i in range(team.size)]
-    return assess_writing(texts, team.roles, cut_off)
+    return team.work.assess(
+        team.task, team.roles, texts, state.get("combined"), team.checker, cut_off
+    )
 
 
 def turn_record(turn: int, verdict: Assessment, output: str) -> dict:

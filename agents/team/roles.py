@@ -10,7 +10,7 @@ team's helper authors write), `{document}` (what the team writes), `{sections}` 
 sections in order, with "(you)" after this agent's), `{words}` (the section's target length),
 `{each}` (" each" after it where a long-form writer has several sections).
 
-Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to `team_roles`
+Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to `agents.kinds.team_roles`
 (a role's name for its instructions, name + "/ask" for its ask), or put the same mapping in a
 JSON file and load it with `load_prompts(path)` (the CLI's `--roles-file`). Texts not given keep
 the defaults below.
@@ -345,95 +345,78 @@ class Role:
     reply_start: str = ""
 
 
-def role_names(task: Task, shape: str, size: int) -> list[str]:
-    """The roles of a `size`-agent team of `shape` on `task`, in order."""
-    if shape not in SHAPES:
-        raise ValueError(f"unknown team shape {shape!r}: one of {', '.join(SHAPES)}")
-    if shape == "single":
-        if size != 1:
-            raise ValueError(f"the single shape has one agent, not {size}")
-        if task.form == "longform":
-            return ["document_writer"]
-        return ["solo" if task.kind == "coding" else "writer"]
-    if not 2 <= size <= MAX_AGENTS:
-        raise ValueError(f"a {shape} team has 2 to {MAX_AGENTS} agents, not {size}")
-    if shape == "naive_concat":  # no coordinated roles: everyone gets the same prompt
-        return ["coder" if task.kind == "coding" else "member"] * size
-    if task.form == "longform":
-        if size > len(task.extra["outline"]):
-            raise ValueError(f"{size} agents for {len(task.extra['outline'])} sections")
-        return ["section_writer"] * size
-    return list(TEAMS["coding" if task.kind == "coding" else task.form][size])
+def _texts(name: str, shape: str, prompts: dict[str, str]) -> tuple[str, str]:
+    """A role's instructions and ask before they are filled: `prompts`' or the defaults."""
+    scaffold = shape == SCAFFOLDED
+    default_ask = SCAFFOLD_ASKS.get(name, ASKS[name]) if scaffold else ASKS[name]
+    return prompts.get(name, PROMPTS[name]), prompts.get(f"{name}/ask", default_ask)
 
 
-def team_roles(
-    task: Task, shape: str, size: int, prompts: dict[str, str] | None = None
-) -> list[Role]:
-    """The team's roles with their prompts filled in for `task`; `prompts` overrides defaults."""
-    names = role_names(task, shape, size)
-    prompts = prompts or {}
-    if names[0] in ("document_writer", "section_writer"):
-        return _longform_roles(task, names, prompts)
-    roles = []
+def coding_roles(task: Task, names: list[str], shape: str, prompts: dict[str, str]) -> list[Role]:
+    """A coding team's roles: each agent's functions, contract and the opening of its reply."""
+    roles, scaffold, size = [], shape == SCAFFOLDED, len(names)
+    helpers = helper_functions(names)
+    signature = entry_signature(task)
+    params = arguments_of(signature[0])
+    values = {
+        "entry": task.entry_point,
+        "n": size,
+        "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
+        "helper_calls": helper_calls(helpers, params) or "`aux`",
+        "params": params,
+    }
     for i, name in enumerate(names):
+        instructions, ask = _texts(name, shape, prompts)
         problem = None
-        instructions = prompts.get(name, PROMPTS[name])
-        scaffold = shape == SCAFFOLDED
-        default_ask = SCAFFOLD_ASKS.get(name, ASKS[name]) if scaffold else ASKS[name]
-        ask = prompts.get(f"{name}/ask", default_ask)
-        if task.kind == "coding":
-            helpers = helper_functions(names)
-            signature = entry_signature(task)
-            params = arguments_of(signature[0])
-            values = {
-                "entry": task.entry_point,
-                "n": size,
-                "helpers": " and ".join(f"`{h}`" for h in helpers) or "`aux`",
-                "helper_calls": helper_calls(helpers, params) or "`aux`",
-                "params": params,
-            }
-            owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
-            title, words = code_title(name, task.entry_point), None
-            contract = coding_contract(task, names, i, signature, scaffold)
-            # every agent of the team sees the problem as posed and the contract; scaffolded, the
-            # helper author sees the problem posed for `aux` (only the function's name replaced,
-            # where it is defined or called: an entry point that is a word keeps its meaning in
-            # the prose) and the entry author the problem's own code only
-            if scaffold and name == "helper" and contract:
-                name_used = rf"\b{re.escape(task.entry_point)}\b(?=\s*\()"
-                problem = re.sub(name_used, "aux", task.prompt)
-            if scaffold and name == "entry" and contract:
-                problem = task.preamble
-            reply_start = coding_reply_start(task, names, i, signature, problem, scaffold)
-        else:
-            words = WORDS[name]
-            values = {
-                "n": size,
-                "document": DOCUMENTS[task.form],
-                "sections": ", ".join(
-                    f"{k + 1}. {TITLES[other]}" + (" (you)" if k == i else "")
-                    for k, other in enumerate(names)
-                ),
-                "words": f"{words[0]}-{words[1]}",
-            }
-            owns, title, contract, reply_start = (), TITLES[name], "", ""
+        owns = tuple(fill(o, entry=task.entry_point) for o in OWNS[name])
+        contract = coding_contract(task, names, i, signature, scaffold)
+        # every agent of the team sees the problem as posed and the contract; scaffolded, the
+        # helper author sees the problem posed for `aux` (only the function's name replaced,
+        # where it is defined or called: an entry point that is a word keeps its meaning in
+        # the prose) and the entry author the problem's own code only
+        if scaffold and name == "helper" and contract:
+            name_used = rf"\b{re.escape(task.entry_point)}\b(?=\s*\()"
+            problem = re.sub(name_used, "aux", task.prompt)
+        if scaffold and name == "entry" and contract:
+            problem = task.preamble
         roles.append(
             Role(
                 name,
-                title,
+                code_title(name, task.entry_point),
                 fill(instructions, **values),
                 fill(ask, **values),
                 owns,
-                words,
+                None,
                 contract,
                 problem,
-                reply_start=reply_start,
+                reply_start=coding_reply_start(task, names, i, signature, problem, scaffold),
             )
         )
     return roles
 
 
-def _longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
+def writing_roles(task: Task, names: list[str], shape: str, prompts: dict[str, str]) -> list[Role]:
+    """A writing team's roles: each agent's part of the document and its target length."""
+    roles = []
+    for i, name in enumerate(names):
+        instructions, ask = _texts(name, shape, prompts)
+        words = WORDS[name]
+        values = {
+            "n": len(names),
+            "document": DOCUMENTS[task.form],
+            "sections": ", ".join(
+                f"{k + 1}. {TITLES[other]}" + (" (you)" if k == i else "")
+                for k, other in enumerate(names)
+            ),
+            "words": f"{words[0]}-{words[1]}",
+        }
+        roles.append(
+            Role(name, TITLES[name], fill(instructions, **values), fill(ask, **values), (), words)
+        )
+    return roles
+
+
+def longform_roles(task: Task, names: list[str], prompts: dict[str, str]) -> list[Role]:
     """Long-form roles: each agent's sections from `assign_sections`, the others' named by
     heading, the outline (briefs of one's own sections) and the style sheet in every prompt."""
     from agents.team.outline import (
@@ -517,12 +500,6 @@ def size_from_setting(shape: str, size: int | str) -> int:
     """The size a team-size setting (the page's, `coteam eval --agents`) gives `shape`: the
     setting is for the team shapes, so `single` stays one agent."""
     return team_size(shape, None if shape == "single" else size)
-
-
-def default_max_tokens(form: str) -> int:
-    """The tokens an agent call may take unless a person says otherwise, by task form: 256, and
-    for a long-form document `LONGFORM_MAX_TOKENS` (each writer stops at its own share)."""
-    return LONGFORM_MAX_TOKENS if form == "longform" else DEFAULT_MAX_TOKENS
 
 
 def token_share(role: Role) -> int | None:
