@@ -52,8 +52,8 @@ def class_validation_problems(fold: str | None, limit: int) -> list[ClassProblem
 
 
 def trained_shape(agents: int) -> str:
-    """The shape a class run trains: the parallel team, or with one agent `single` (every method
-    from the skeleton alone: the team's control, trained by GRPO)."""
+    """The shape a run trains: the parallel team, or with one agent `single` (on classes, every
+    method from the skeleton alone: the class team's control, trained by GRPO)."""
     return "single" if agents == 1 else "parallel"
 
 

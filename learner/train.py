@@ -437,8 +437,8 @@ def rollout_group(
     are the rewards (aligned) or, crossed, the mean reward of the G^agents recombined joint
     actions each sample is part of (`cross_group`). A class is played by the class team
     (learner/class_train.py)."""
+    team = TeamSettings(trained_shape(args.agents), args.agents, args.turns, names, sampling)
     if args.task == "class":
-        team = TeamSettings(trained_shape(args.agents), args.agents, args.turns, names, sampling)
         played = play_classes(task, client, args.magrpo.group_size, team, db_path=db_path)
         rewards = torch.tensor([scored["reward"] for _, scored in played])
         components = [reward_parts(scored) for _, scored in played]
@@ -446,7 +446,6 @@ def rollout_group(
         if args.magrpo.joint_mode == "cross":
             return Group(results, rewards, cross_classes(results, args.agents), components)
         return Group(results, rewards, rewards.expand(args.agents, -1), components)
-    team = TeamSettings(agents=args.agents, turns=args.turns, adapters=names, sampling=sampling)
     setup = EpisodeSetup(task, team, weights, args.budget)
     liked = None if preference is None else preference.group_preference
     played = play(setup, client, db=db_path, samples=args.magrpo.group_size, liked=liked)

@@ -476,3 +476,29 @@ def test_the_scaffolded_helper_sees_the_problem_posed_for_aux_with_its_prose_unc
         and ">>> aux(['a', 'bb', 'ccc'])" in helper.problem
     )
     assert "longest(" not in helper.problem
+
+
+def test_only_the_kinds_of_work_branch_on_a_tasks_kind_and_form():
+    """A kind of work answers for itself (agents/kinds/): the graph, the roles, `play`, the
+    learner, the page and the store ask `work_of(task)` instead of reading a task's kind or form
+    to decide what to do (the outline's guard that a task has one is the one exception)."""
+    import pathlib
+    import re
+
+    from agents.kinds import DOCUMENT, FUNCTION, WRITING, work_of
+    from agents.tasks import humaneval_task, longform_tasks, xsum_tasks
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    branch = re.compile(r"\b[a-z_]+\.(kind|form) (==|!=|in|not in) ")
+    branching = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("agents", "learner", "app", "store")
+        for path in sorted((root / folder).rglob("*.py"))
+        if "kinds" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if branch.search(line)
+    ]
+    assert branching == ["agents/team/outline.py:99"]
+    assert work_of(humaneval_task(0)) is FUNCTION
+    assert work_of(longform_tasks()[0]) is DOCUMENT
+    assert work_of(xsum_tasks()[0]) is WRITING
