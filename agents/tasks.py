@@ -426,10 +426,40 @@ def _longform_task(row: dict, source: str, source_id: str | None = None) -> Task
     )
 
 
+# How a request asks for a document ("Write an explainer article about", "Could you draft a
+# post on", "Explain") and for whom ("for a general reader"): neither is the subject
+ASKING = re.compile(
+    r"^(?:please\s+)?(?:(?:can|could|would) you\s+)?(?:please\s+)?"
+    r"(?:(?:write|draft|create|compose|produce|prepare|give me|make)\b[^.?!]*?"
+    r"\b(?:about|on|of|covering|explaining|describing|introducing)\s+"
+    r"|(?:explain|describe|introduce|discuss|summari[sz]e|tell me about)\s+)",
+    re.I,
+)
+AUDIENCE = re.compile(
+    r"\s+(?:for|to)\s+(?:a|an|the)?\s*(?:[\w-]+\s+){0,3}"
+    r"(?:reader|readers|audience|beginners|students|children|kids|teenagers|adults|newcomers"
+    r"|[\w-]*year-olds?)"
+    r"\s*[.?!]*$",
+    re.I,
+)
+# A section line's lead, after its brief: the words the section's text begins with
+LEAD_MARK = " | begins: "
+
+
+def request_subject(prompt: str) -> str:
+    """What a plain request is about, for the document's title and the style sheet's name of
+    the subject: its first line without the ask and the audience ("Write an explainer article
+    about tides for a general reader." -> "Tides"); the line itself where nothing is left."""
+    line = prompt.strip().splitlines()[0].strip()
+    subject = AUDIENCE.sub("", ASKING.sub("", line, count=1)).strip().rstrip(".?!:; ")
+    subject = subject or line
+    return (subject[0].upper() + subject[1:])[:120]
+
+
 def longform_prompt_task(prompt: str, sections: str | None = None, target_words: int = 600) -> Task:
-    """A person's own long-form request. `sections` has one section a line, `Heading: brief`
-    (the brief is optional); without it the document gets DEFAULT_OUTLINE. The title is the
-    request's first line."""
+    """A person's own long-form request. `sections` has one section a line,
+    `Heading: brief | begins: lead` (the brief and the lead are optional); without it the
+    document gets DEFAULT_OUTLINE. The title is what the request is about (`request_subject`)."""
     prompt = prompt.strip()
     if not prompt:
         raise TaskError("the writing request is empty")
@@ -444,9 +474,11 @@ def longform_prompt_task(prompt: str, sections: str | None = None, target_words:
     if sections is not None and sections.strip():
         outline = []
         for line in sections.strip().splitlines():
-            heading, _, brief = line.strip().lstrip("#-* ").partition(":")
+            heading, _, rest = line.strip().lstrip("#-* ").partition(":")
+            brief, _, lead = rest.partition(LEAD_MARK.strip())
             if heading.strip():
-                outline.append({"heading": heading.strip(), "brief": brief.strip()})
+                section = {"heading": heading.strip(), "brief": brief.strip()}
+                outline.append(section | ({"lead": lead.strip()} if lead.strip() else {}))
         if not 2 <= len(outline) <= 2 * LONGFORM_SECTIONS:
             raise TaskError(
                 f"give 2 to {2 * LONGFORM_SECTIONS} sections, one a line (Heading: brief); "
@@ -455,7 +487,7 @@ def longform_prompt_task(prompt: str, sections: str | None = None, target_words:
         if len({s["heading"].lower() for s in outline}) < len(outline):
             raise TaskError("two sections have the same heading; give each its own")
     row = {
-        "title": prompt.splitlines()[0][:120],
+        "title": request_subject(prompt),
         "request": prompt,
         "outline": outline,
         "target_words": target_words,

@@ -196,7 +196,8 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument(
         "--section",
         action="append",
-        help="a section of your own writing request ('Heading: brief'), one writer's each; "
+        help="a section of your own writing request ('Heading: brief', optionally "
+        "'Heading: brief | begins: first words'), one writer's each; "
         "repeat for each (default: What it is, Where it came from, A surprising fact, Why it "
         "matters today, each later one begun with its lead); the writers repeat each other "
         "least when each section's brief says what it alone covers",

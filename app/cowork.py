@@ -150,9 +150,9 @@ class CoworkTab:
             self.sections = gr.Textbox(
                 "",
                 placeholder=EXAMPLE_SECTIONS,
-                label="Sections, optional: one a line (Heading: what it alone covers), a "
-                "writer's each; empty: What it is, Where it came from, A surprising fact, Why it "
-                "matters today",
+                label="Sections, optional: one a line (Heading: what it alone covers, and if "
+                "you like `| begins: ` the words its text begins with), a writer's each; empty: "
+                "What it is, Where it came from, A surprising fact, Why it matters today",
                 lines=4,
                 max_lines=8,
                 visible=self.first_source == "own_longform",

@@ -74,6 +74,43 @@ def test_own_request_takes_the_persons_sections_or_the_default_outline():
 
 
 @pytest.mark.parametrize(
+    ("request_text", "subject"),
+    [
+        ("Write an explainer article about Achilles for a general reader.", "Achilles"),
+        (
+            "Write a four-part explainer on how vaccines train the immune system",
+            "How vaccines train the immune system",
+        ),
+        (
+            "Could you please draft a post about the history of jazz for teenagers?",
+            "The history of jazz",
+        ),
+        ("Explain quantum computing to a curious 12-year-old", "Quantum computing"),
+        ("Why every program deserves tests", "Why every program deserves tests"),
+        ("Write about\nmore lines", "Write about"),
+    ],
+)
+def test_a_plain_request_is_titled_by_its_subject_not_by_the_ask(request_text, subject):
+    """The document's title, and the subject the style sheet names, is what was asked about:
+    never the request pasted whole ("Write a four-part explainer on ...")."""
+    from agents.tasks import request_subject
+
+    assert request_subject(request_text) == subject
+    assert longform_prompt_task(request_text).extra["title"] == subject
+
+
+def test_a_section_line_may_give_the_words_its_text_begins_with():
+    task = longform_prompt_task(
+        "Tides", "Causes: what pulls the sea | begins: The Moon pulls\nEffects: on coasts\nHistory"
+    )
+    assert task.extra["outline"] == [
+        {"heading": "Causes", "brief": "what pulls the sea", "lead": "The Moon pulls"},
+        {"heading": "Effects", "brief": "on coasts"},
+        {"heading": "History", "brief": ""},
+    ]
+
+
+@pytest.mark.parametrize(
     ("prompt", "sections", "message"),
     [
         ("", None, "empty"),

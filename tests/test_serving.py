@@ -44,7 +44,7 @@ def test_a_plain_writing_request_is_planned_in_json_the_server_holds_it_to(polic
     lines, reply, tokens = plan_outline(policy, "A short guide to brewing good coffee at home")
     if tokens < PLAN_MAX_TOKENS:  # not cut off: the grammar closed it, so it parses
         sections = json.loads(reply)["sections"]
-        assert len(sections) == 4 and all(set(s) == {"heading", "brief"} for s in sections)
+        assert len(sections) == 4 and all(set(s) == {"heading", "brief", "lead"} for s in sections)
     assert lines is None or len(lines.splitlines()) == 4
     assert plan_schema(4)["properties"]["sections"]["minItems"] == 4
 

@@ -751,7 +751,12 @@ def test_co_code_offers_classes_and_runs_a_class_team_with_a_verdict_per_test_cl
 def test_co_write_plans_the_sections_from_a_plain_request_for_the_person_to_edit(tmp_path):
     from agents.serving.policy import _options
 
-    plan = {"sections": [{"heading": f"Part {k}", "brief": f"what {k} covers"} for k in range(4)]}
+    plan = {
+        "sections": [
+            {"heading": f"Part {k}", "brief": f"what {k} covers", "lead": f"In part {k},"}
+            for k in range(4)
+        ]
+    }
 
     def respond(request):
         return json.dumps(plan) if request.json_schema else reply(request)
@@ -759,7 +764,9 @@ def test_co_write_plans_the_sections_from_a_plain_request_for_the_person_to_edit
     ctx = AppContext(FakeClient(respond), db_path=tmp_path / "coteam.db")
     tab = built(ctx, CoworkTab(ctx, "writing"))
     lines = tab.plan_sections("How vaccines train the immune system")
-    assert lines.splitlines() == [f"Part {k}: what {k} covers" for k in range(4)]
+    assert lines.splitlines() == [
+        f"Part {k}: what {k} covers | begins: In part {k}," for k in range(4)
+    ]
     [asked] = ctx.client.requests  # one call, held to the plan's JSON by the server
     assert asked.json_schema["properties"]["sections"]["minItems"] == 4
     assert "How vaccines train the immune system" in asked.messages[-1]["content"]

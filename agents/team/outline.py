@@ -40,9 +40,10 @@ PLAN_SYSTEM = (
     "You plan documents; you never write them. Split the request into {n} sections that each "
     "cover a different part of what was asked, in reading order. Each heading names its part of "
     "the subject in a few words; each brief says in one short phrase what only that section "
-    "explains."
+    "explains; each lead is the first three to six words of that section's text, a sentence "
+    "start that fits that section alone (never the subject's definition, except in the first)."
 )
-PLAN_MAX_TOKENS = 320
+PLAN_MAX_TOKENS = 400
 
 
 def plan_schema(n: int) -> dict:
@@ -52,8 +53,9 @@ def plan_schema(n: int) -> dict:
         "properties": {
             "heading": {"type": "string", "minLength": 2, "maxLength": 60},
             "brief": {"type": "string", "minLength": 2, "maxLength": 140},
+            "lead": {"type": "string", "minLength": 2, "maxLength": 48},
         },
-        "required": ["heading", "brief"],
+        "required": ["heading", "brief", "lead"],
         "additionalProperties": False,
     }
     return {
@@ -67,12 +69,16 @@ def plan_schema(n: int) -> dict:
 
 
 def plan_outline(policy, request: str, n: int = 4) -> tuple[str | None, str, int]:
-    """The sections the model plans for a plain `request`, as `Heading: brief` lines (what
-    `agents.tasks.longform_prompt_task` takes; None when the plan is not `n` distinct headings:
-    the caller keeps the default outline), the planning call's reply and its output tokens."""
+    """The sections the model plans for a plain `request`, as `Heading: brief | begins: lead`
+    lines (what `agents.tasks.longform_prompt_task` takes; None when the plan is not `n`
+    distinct headings: the caller keeps the default outline), the planning call's reply and its
+    output tokens. A section's lead is the words its writer's reply begins with, as the default
+    outline's are: with a heading and a brief alone, every writer opened with its definition of
+    the subject (docs/runs/evaluation-log.md)."""
     import json
 
     from agents.serving.policy import Request
+    from agents.tasks import LEAD_MARK
 
     messages = [
         {"role": "system", "content": PLAN_SYSTEM.format(n=n)},
@@ -83,7 +89,8 @@ def plan_outline(policy, request: str, n: int = 4) -> tuple[str | None, str, int
     try:
         sections = json.loads(done.text)["sections"]
         lines = [
-            f"{' '.join(s['heading'].split()).replace(':', ' -')}: {' '.join(s['brief'].split())}"
+            f"{_one_line(s['heading']).replace(':', ' -')}: {_one_line(s['brief'])}"
+            f"{LEAD_MARK}{_one_line(s['lead'])}"
             for s in sections
         ]
     except (ValueError, KeyError, TypeError, AttributeError):  # cut off at the token limit
@@ -92,6 +99,11 @@ def plan_outline(policy, request: str, n: int = 4) -> tuple[str | None, str, int
     if len(lines) != n or len(headings) != n or "" in headings:
         return None, done.text, done.completion_tokens
     return "\n".join(lines), done.text, done.completion_tokens
+
+
+def _one_line(text: str) -> str:
+    """A planned field on one line, without the mark a lead follows."""
+    return " ".join(text.replace("|", "-").split())
 
 
 def outline_of(task: Task) -> list[dict]:
