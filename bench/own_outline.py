@@ -19,8 +19,11 @@ is written greedily, through a managed vLLM server, as:
 by the team (`parallel`, --agents writers) and by `single`, and every document is scored by the
 one scoring path (`learner.episode.play`, the set's article as the reference for every
 variant). Prints per variant and shape: redundancy between sections (mean, documents at or under
-the issue's 0.3), reference agreement, words, critical-path tokens and seconds; then paired
-Wilcoxon tests of the team's redundancy across variants and against single's.
+the issue's 0.3), reference agreement, words, critical-path tokens and seconds; the issue's
+checks on each document (`checks`: parts that name the subject the request asks about, parts
+but the first that open the document or but the last that close it, sentences written in two
+parts); then paired Wilcoxon tests of the team's redundancy across variants and against
+single's.
 
 Usage: python bench/own_outline.py [--split held_out] [--limit 12] [--agents 4] [--plan]
                                    [--variants curated,default,briefs-only] [--no-single]
@@ -33,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -67,6 +71,40 @@ BRIEFS_ONLY = (
     "Main points: The core facts, arguments or steps, with one concrete example.\n"
     "Conclusion: What follows from it: consequences, open questions or advice."
 )
+
+
+# a part that opens the document ("In this article, we will explore") or closes it ("In
+# conclusion"): the issue's check that only the first and the last part do so
+OPENS = re.compile(
+    r"\b(in this (article|explainer|essay|piece|guide|document|section)\b|"
+    r"this (article|explainer|essay|piece|guide) (will|explores|covers|looks|discusses)|"
+    r"we will (explore|discuss|look|examine|delve)|let'?s (explore|dive|take a look))",
+    re.I,
+)
+CLOSES = re.compile(r"\b(in conclusion|in summary|to sum up|to conclude|in closing)\b", re.I)
+SENTENCE_WORDS = 5  # a shared sentence has at least this many words
+
+
+def checks(document: str, subject: str) -> dict:
+    """The issue's checks on a document's parts (its `## ` sections): the share of parts that
+    name the subject (its words, case aside), parts but the first that open the document or
+    but the last that close it, and sentences of `SENTENCE_WORDS` words or more in two parts."""
+    parts = [p for p in re.split(r"^## .*$", document, flags=re.M)[1:] if p.strip()]
+    if not parts:
+        return {"on_subject": 0.0, "stray_openings": 0, "shared_sentences": 0}
+    words = [w for w in re.findall(r"\w+", subject.lower()) if len(w) > 2] or [subject.lower()]
+    named = sum(all(w in p.lower() for w in words) for p in parts)
+    stray = sum(bool(OPENS.search(p)) for p in parts[1:]) + sum(
+        bool(CLOSES.search(p)) for p in parts[:-1]
+    )
+    seen: dict[str, set[int]] = {}
+    for k, part in enumerate(parts):
+        for sentence in re.split(r"(?<=[.!?])\s+", part):
+            key = " ".join(re.findall(r"\w+", sentence.lower()))
+            if len(key.split()) >= SENTENCE_WORDS:
+                seen.setdefault(key, set()).add(k)
+    shared = sum(len(where) > 1 for where in seen.values())
+    return {"on_subject": named / len(parts), "stray_openings": stray, "shared_sentences": shared}
 
 
 def planned_task(client, request: str, n: int) -> tuple[Task | None, str, int, float]:
@@ -131,6 +169,8 @@ def measure(client, args) -> list[dict]:
                             "critical_tokens": c["critical_tokens"] + plan_tokens,
                             "time_s": result.wall_time_s + plan_s,
                             "outline": [s["heading"] for s in t.extra["outline"]],
+                            "title": t.extra["title"],
+                            **checks(result.output, task.extra["title"]),
                         }
                     )
     return rows
@@ -143,19 +183,23 @@ def report(rows: list[dict]) -> dict:
         cells.setdefault((row["variant"], row["shape"]), []).append(row)
     print(
         "| variant | shape | redundancy | documents <= 0.3 | reference agr. | words "
-        "| critical-path tokens | time (s) |"
+        "| critical-path tokens | time (s) | parts on the subject | stray openings/closings "
+        "| shared sentences |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     table = {}
     for (variant, shape), cell in cells.items():
-        mean = {k: statistics.mean(r[k] for r in cell) for k in
-                ("redundancy", "reference", "words", "critical_tokens", "time_s")}  # fmt: skip
+        mean = {k: statistics.mean(r.get(k, 0) for r in cell) for k in
+                ("redundancy", "reference", "words", "critical_tokens", "time_s",
+                 "on_subject")}  # fmt: skip
+        mean |= {k: sum(r.get(k, 0) for r in cell) for k in ("stray_openings", "shared_sentences")}
         under = sum(r["redundancy"] <= 0.3 for r in cell)
         table[f"{variant}/{shape}"] = mean | {"under_0.3": under, "n": len(cell)}
         print(
             f"| {variant} | {shape} | {mean['redundancy']:.3f} | {under} of {len(cell)} "
             f"| {mean['reference']:.3f} | {mean['words']:.0f} | {mean['critical_tokens']:.0f} "
-            f"| {mean['time_s']:.1f} |"
+            f"| {mean['time_s']:.1f} | {mean['on_subject']:.2f} | {mean['stray_openings']} "
+            f"| {mean['shared_sentences']} |"
         )
     if ("planned", "parallel") in cells:
         usable = sum(r["plan_usable"] for r in cells[("planned", "parallel")])
