@@ -6,7 +6,7 @@ loads a model, so the CLI reads them at once."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
 from agents.serving.policy import LORA_MODULES
@@ -407,17 +407,15 @@ class EvalConfig:
     @property
     def sampling(self) -> Sampling:
         """Greedy for one sample per task; the baselines' sampling for more."""
-        from agents.team.graph import GREEDY, Sampling
+        from agents.team.graph import judged_sampling
 
-        penalty = self.repetition_penalty
-        if self.samples == 1:
-            return replace(GREEDY, max_tokens=self.max_tokens, repetition_penalty=penalty)
-        return Sampling(
+        return judged_sampling(
+            self.samples,
+            self.max_tokens,
+            self.seed,
             self.temperature,
             self.top_p,
-            self.max_tokens,
-            seed=self.seed,
-            repetition_penalty=penalty,
+            self.repetition_penalty,
         )
 
     def episode_settings(self) -> dict:

@@ -84,14 +84,23 @@ class Sampling:
 GREEDY = Sampling(temperature=0.0, top_p=1.0)  # for evaluation
 
 
-def judged_sampling(samples: int, max_tokens: int, seed: int | None = None) -> Sampling:
-    """How the gate and the class evaluation sample an answer: greedy when a task gets one
-    answer, else as the app samples (`Sampling`'s defaults: T = 0.8, top-p 0.95) from `seed`
-    (a run's task i: `seed + 1000 i`, `TeamSettings.for_task`; a group's answer g:
+def judged_sampling(
+    samples: int,
+    max_tokens: int,
+    seed: int | None = None,
+    temperature: float = Sampling.temperature,
+    top_p: float = Sampling.top_p,
+    repetition_penalty: float = Sampling.repetition_penalty,
+) -> Sampling:
+    """How the gate and evaluation sample an answer: greedy when a task gets one answer, else
+    at `temperature` and `top_p` (the app's, `Sampling`'s defaults: T = 0.8, top-p 0.95) from
+    `seed` (a run's task i: `seed + 1000 i`, `TeamSettings.for_task`; a group's answer g:
     `seed + 100 g`, `TeamSettings.for_sample`)."""
     if samples == 1:
-        return replace(GREEDY, max_tokens=max_tokens)
-    return Sampling(max_tokens=max_tokens, seed=seed)
+        return replace(GREEDY, max_tokens=max_tokens, repetition_penalty=repetition_penalty)
+    return Sampling(
+        temperature, top_p, max_tokens, seed=seed, repetition_penalty=repetition_penalty
+    )
 
 
 @dataclass(frozen=True)
