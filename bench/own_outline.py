@@ -10,6 +10,8 @@ is written greedily, through a managed vLLM server, as:
               outline: four kinds of section, each later one begun with its lead)
     briefs-only  the default outline as it was before its leads: Introduction, Background, Main
               points, Conclusion, with briefs alone
+    request-title  the default outline titled by the request as typed, as a plain request was
+              until 2026-12-06 (since, by what it is about: `agents.tasks.request_subject`)
     planned   (--plan) the request with the outline the model itself writes in one planning
               call first (`agents.team.outline.plan_outline`: JSON held to a schema by the
               server's grammar; its time is added to the episode's, its tokens to the critical
@@ -107,6 +109,12 @@ def checks(document: str, subject: str) -> dict:
     return {"on_subject": named / len(parts), "stray_openings": stray, "shared_sentences": shared}
 
 
+def titled_by_request(task: Task) -> Task:
+    """`task` (a person's own request) titled by the request's first line as typed."""
+    title = task.prompt.strip().splitlines()[0][:120]
+    return replace(task, extra=task.extra | {"title": title})
+
+
 def planned_task(client, request: str, n: int) -> tuple[Task | None, str, int, float]:
     """The request as a person's own long-form task on the model's outline
     (`agents.team.outline.plan_outline`: one planning call, its reply held to JSON; None: not
@@ -136,6 +144,7 @@ def measure(client, args) -> list[dict]:
                 "curated": (task, None, 0, 0.0),
                 "default": (own, None, 0, 0.0),
                 "briefs-only": (briefs, None, 0, 0.0),
+                "request-title": (titled_by_request(own), None, 0, 0.0),
             }
             variants = {k: v for k, v in variants.items() if k in args.variants}
             usable = True
@@ -209,6 +218,7 @@ def report(rows: list[dict]) -> dict:
     tests = {}
     pairs = [(("default", "parallel"), ("curated", "parallel")),
              (("default", "parallel"), ("briefs-only", "parallel")),
+             (("default", "parallel"), ("request-title", "parallel")),
              (("default", "single"), ("briefs-only", "single")),
              (("default", "parallel"), ("default", "single")),
              (("curated", "parallel"), ("curated", "single")),
