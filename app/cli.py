@@ -210,12 +210,15 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     )
     p.add_argument(
         "--shape",
-        default="parallel",
         choices=dict.fromkeys([*SHAPES, "single_incremental"]),
-        help="team shape (default parallel; single_incremental: class only)",
+        help="team shape (default parallel; for a class, what Co-code serves by the shipped "
+        "card's held-out figures; single_incremental: class only)",
     )
     p.add_argument(
-        "--agents", type=int, choices=range(1, 5), help="team size (default 2; single has 1)"
+        "--agents",
+        type=int,
+        choices=range(1, 5),
+        help="team size (default 2, for a class the served size; single has 1)",
     )
     p.add_argument("--turns", type=int, default=1, help="turn limit (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")

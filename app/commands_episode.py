@@ -123,6 +123,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
     prepare_episode(args)
     if args.task == "class":
         return class_episode(args)
+    args.shape = args.shape or "parallel"
     try:
         prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
         tests = Path(args.tests_file).read_text() if args.tests_file else None
@@ -222,9 +223,13 @@ def class_episode(args: argparse.Namespace) -> int:
     from agents.kinds.classes import class_problem, user_class_problem
     from agents.serving.policy import PolicyError
     from agents.team.graph import TeamSettings
+    from app.cowork_choices import served_shape
     from app.live import verdict_words
     from learner.class_train import CLASS_WEIGHTS, record_class_episode
 
+    if args.shape is None:  # what Co-code serves for classes, at the size its figures are for
+        args.shape, served_size, _ = served_shape("class")
+        args.agents = args.agents or served_size
     try:
         if args.problem:
             problem = class_problem(args.problem)

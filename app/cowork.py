@@ -170,7 +170,7 @@ class CoworkTab:
         """The mode (one team, or A/B), the team's shape, size, turns, tokens, temperature and
         adapters, and team B's."""
         self.mode = gr.Radio([ONE_TEAM, AB], value=ONE_TEAM, label="Mode", elem_id=self.id("mode"))
-        served, why = served_shape(self.kind)
+        served, size, why = served_shape(self.kind)
         self.served = gr.Markdown(why, visible=bool(why), elem_id=self.id("served"))
         self.shape = gr.Dropdown(
             [(SHAPE_LABELS[s], s) for s in SHAPES],
@@ -180,7 +180,7 @@ class CoworkTab:
         )
         self.size = gr.Radio(
             [2, 3, 4],
-            value=2,
+            value=max(size, 2),  # single's one agent: the team shapes' size stays to choose
             label="Team size",
             interactive=served != "single",
             elem_id=self.id("size"),
@@ -371,7 +371,7 @@ class CoworkTab:
     def work_updates(self, work: str) -> list:
         """The shapes, the served shape and why, the roles and the versions of a kind of work
         ("coding": one function; "class")."""
-        served, why = served_shape(work)
+        served, size, why = served_shape(work)
         labels = CLASS_SHAPE_LABELS if work == "class" else SHAPE_LABELS
         shapes = [(labels[s], s) for s in (CLASS_SHAPES if work == "class" else SHAPES)]
         other = "parallel" if served.startswith("single") else "single"
@@ -379,7 +379,7 @@ class CoworkTab:
         return [
             gr.update(choices=shapes, value=served),
             gr.update(choices=shapes, value=other),
-            gr.update(interactive=not served.startswith("single")),
+            gr.update(interactive=not served.startswith("single"), value=max(size, 2)),
             gr.update(value=why, visible=bool(why)),
             gr.update(visible=work != "class"),
             gr.update(choices=choices, value="serving"),

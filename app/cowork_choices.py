@@ -315,32 +315,57 @@ def role_layout(kind: str, source: str, shape: str, size: int | str) -> list[str
     return list(dict.fromkeys(role_names(stub, shape, size_from_setting(shape, size))))
 
 
-def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, str]:
-    """The shape the page serves by default for a kind of work ("coding": one function,
-    "class"), and why, in words with the figure. A team is served only where the card's
-    held-out figures show it passes at least as much as one agent (the same start, budget and
-    judge; one agent's better form), else one agent in that form; without such figures, one
-    agent. Co-write serves its team (no held-out comparison decides it yet)."""
+def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, int, str]:
+    """The shape and team size the page and `coteam episode --task class` serve by default for
+    a kind of work ("coding": one function, "class"), and why, in words with the figures. A team
+    is served only where the card's held-out figures show it passes at least as much as one
+    agent (the same start, budget and judge; one agent's better form), at the size those
+    figures are for; else one agent in that form; without such figures, one agent. Co-write
+    serves its team of 2 (no held-out comparison decides it yet)."""
     if kind not in ("coding", "class"):
-        return "parallel", ""
+        return "parallel", 2, ""
     try:
         figures = json.loads(card_path.read_text(encoding="utf-8"))["held_out"][kind]
         team, single = figures["team"]["pass_at_1"], figures["single"]["pass_at_1"]
-        name = figures["team"].get("name", f"the shipped team of {figures['team']['agents']}")
+        size = int(figures["team"]["agents"])
+        name = figures["team"].get("name", f"the shipped team of {size}")
         solo = figures["single"].get("shape", "single")
         unit = figures.get("unit", "problems")
         where = f"{figures['problems']} ({figures['judge']}; {figures['source']})"
     except (OSError, ValueError, KeyError, TypeError):
-        return "single", (
-            "Served by default: **one agent**. The team has no held-out figures against one "
-            "agent yet; choose a team shape to run it."
+        return (
+            "single",
+            1,
+            (
+                "Served by default: **one agent**. The team has no held-out figures against one "
+                "agent yet; choose a team shape to run it."
+            ),
         )
     if team >= single:
-        return "parallel", (
-            f"Served by default: **{name}**: held out it passes {team:.3f} of the {unit}, one "
-            f"agent {single:.3f}, on {where}."
+        whole = ""
+        if "class_level" in figures["team"] and "class_level" in figures["single"]:
+            whole = (
+                f"; whole classes passed: the team {figures['team']['class_level']:.3f}, one "
+                f"agent {figures['single']['class_level']:.3f}"
+            )
+        if "critical_path_ratio" in figures["team"]:
+            whole += (
+                f"; its busiest agent writes {figures['team']['critical_path_ratio']:.2f}× the "
+                "tokens one agent writes"
+            )
+        return (
+            "parallel",
+            size,
+            (
+                f"Served by default: **{name}**: held out it passes {team:.3f} of the {unit}, one "
+                f"agent {single:.3f}{whole}, on {where}."
+            ),
         )
-    return solo, (
-        f"Served by default: **one agent**, which passes {single:.3f} of held-out {unit} where "
-        f"{name} passes {team:.3f}, on {where}. The team is one choice away: pick a team shape."
+    return (
+        solo,
+        1,
+        (
+            f"Served by default: **one agent**, which passes {single:.3f} of held-out {unit} where "
+            f"{name} passes {team:.3f}, on {where}. The team is one choice away: pick a team shape."
+        ),
     )

@@ -644,23 +644,31 @@ def test_a_plain_request_is_written_a_section_per_writer_with_tokens_to_finish()
 def test_co_code_serves_one_agent_unless_held_out_figures_show_the_team_is_as_good(tmp_path):
     from app.cowork_choices import served_shape
 
-    shape, why = served_shape("coding")  # the shipped card: HumanEval 0-31 held out
-    assert shape == "single" and "0.906" in why and "0.750" in why and "EVALUATION.md" in why
+    shape, size, why = served_shape("coding")  # the shipped card: HumanEval 0-31 held out
+    assert (
+        (shape, size) == ("single", 1)
+        and "0.906" in why
+        and "0.750" in why
+        and "EVALUATION.md" in why
+    )
     card = tmp_path / "card.json"
     figures = {"problems": "P", "judge": "J", "source": "S", "count": 9}
-    for team, single, served in (
-        (0.7, 0.6, "parallel"),
-        (0.6, 0.6, "parallel"),
-        (0.5, 0.6, "single"),
+    for team, single, served, agents in (
+        (0.7, 0.6, "parallel", 4),
+        (0.6, 0.6, "parallel", 2),
+        (0.5, 0.6, "single", 1),
     ):
-        held_out = figures | {"team": {"shape": "parallel", "agents": 2, "pass_at_1": team}}
+        held_out = figures | {
+            "team": {"shape": "parallel", "agents": max(agents, 2), "pass_at_1": team}
+        }
         held_out["single"] = {"pass_at_1": single}
         card.write_text(json.dumps({"held_out": {"coding": held_out}}))
-        shape, why = served_shape("coding", card)
-        assert shape == served and f"{team:.3f}" in why and f"{single:.3f}" in why
+        shape, size, why = served_shape("coding", card)
+        assert (shape, size) == (served, agents)
+        assert f"{team:.3f}" in why and f"{single:.3f}" in why
     card.write_text(json.dumps({"versions": {}}))  # a team shipped without held-out figures
     assert served_shape("coding", card)[0] == "single"
-    assert served_shape("writing") == ("parallel", "")
+    assert served_shape("writing") == ("parallel", 2, "")
 
 
 def class_reply(request) -> str:
@@ -687,8 +695,10 @@ def test_co_code_offers_classes_and_runs_a_class_team_with_a_verdict_per_test_cl
         "choices"
     ]
     assert [value for _, value in shape["choices"]] == list(CLASS_SHAPE_LABELS)
-    assert shape["value"] == "single_incremental"  # one agent is ahead on the card's figures
-    assert "0.249" in served["value"] and "0.246" in served["value"]
+    # the card's figures: the team of 4 passes at least as much as one agent's better form
+    assert shape["value"] == "parallel" and size["value"] == 4
+    assert "0.260" in served["value"] and "0.249" in served["value"]
+    assert "whole classes passed: the team 0.031, one agent 0.062" in served["value"]
     assert roles["visible"] is False and tokens["value"] == 256
     assert "serving class versions" in versions[0]["choices"][0][0]
     # your own class: the example class and its tests fill the boxes
