@@ -196,11 +196,11 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument(
         "--section",
         action="append",
-        help="a section of your own writing request ('Heading: brief', optionally "
-        "'Heading: brief | begins: first words'), one writer's each; "
-        "repeat for each (default: What it is, Where it came from, A surprising fact, Why it "
-        "matters today, each later one begun with its lead); the writers repeat each other "
-        "least when each section's brief says what it alone covers",
+        help="a section of your own writing request ('Heading: brief | begins: first words', "
+        "the lead optional), one writer's each; repeat for each (default: What it is, Where it "
+        "came from, A surprising fact, Why it matters today, each later one begun with its "
+        "lead); the writers repeat each other least when each section's brief says what it "
+        "alone covers",
     )
     p.add_argument(
         "--free-roles",
@@ -211,15 +211,10 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     p.add_argument(
         "--shape",
         choices=dict.fromkeys([*SHAPES, "single_incremental"]),
-        help="team shape (default parallel; for a class, what Co-code serves by the shipped "
-        "card's held-out figures; single_incremental: class only)",
+        help="team shape (default parallel; for a class, the shape and size Co-code serves by "
+        "the shipped card's held-out figures; single_incremental: class only)",
     )
-    p.add_argument(
-        "--agents",
-        type=int,
-        choices=range(1, 5),
-        help="team size (default 2, for a class the served size; single has 1)",
-    )
+    p.add_argument("--agents", type=int, choices=range(1, 5), help="team size (default 2)")
     p.add_argument("--turns", type=int, default=1, help="turn limit (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (for evaluation)")
