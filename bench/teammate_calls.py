@@ -24,24 +24,31 @@ from agents.kinds.classes import class_problem  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="a `coteam eval --task class` output folder")
+    parser.add_argument("--sizes", default="2,3,4", help="team sizes (default 2,3,4)")
     args = parser.parse_args()
-    counts: dict[str, Counter] = {}
-    for line in (Path(args.folder) / "episodes.jsonl").open():
-        row = json.loads(line)
-        if len(row["dealt"]) < 2 or row["sample"] != 0:
-            continue  # one agent has no teammate
-        problem = class_problem(row["task_id"])
-        tally = counts.setdefault(f"{row['shape']}@{row.get('variant', 'base')}", Counter())
-        passing = passing_methods(problem, row["test_classes"])
-        for method, called in teammate_calls(problem, row["dealt"], row["program"]).items():
-            tally["implied"] += 1
-            tally["called"] += called
-            tally["called and passing"] += called and method in passing
-    for row, tally in counts.items():
-        print(
-            f"{row}: {tally['implied']} methods imply a teammate's call; the code calls "
-            f"{tally['called']}, of which {tally['called and passing']} pass their tests"
-        )
+    rows = [json.loads(line) for line in (Path(args.folder) / "episodes.jsonl").open()]
+    rows = [r for r in rows if len(r["dealt"]) > 1 and r["sample"] == 0]  # one agent: no teammate
+    classes = {r["task_id"] for r in rows}
+    for size in (int(s) for s in args.sizes.split(",")):
+        # a class of fewer methods than `size` is played by the smaller team
+        of_size = [r for r in rows if len(r["dealt"]) == min(size, len(r["methods"]))]
+        if {r["task_id"] for r in of_size} != classes:
+            continue  # no team of this size ran on every class
+        counts: dict[str, Counter] = {}
+        for row in of_size:
+            problem = class_problem(row["task_id"])
+            tally = counts.setdefault(f"{row['shape']}@{row.get('variant', 'base')}", Counter())
+            passing = passing_methods(problem, row["test_classes"])
+            for method, called in teammate_calls(problem, row["dealt"], row["program"]).items():
+                tally["implied"] += 1
+                tally["called"] += called
+                tally["called and passing"] += called and method in passing
+        for team, tally in counts.items():
+            print(
+                f"team of {size}, {team}: {tally['implied']} methods imply a teammate's call; the "
+                f"code calls {tally['called']}, of which {tally['called and passing']} pass their "
+                "tests"
+            )
 
 
 if __name__ == "__main__":
