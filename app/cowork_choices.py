@@ -333,39 +333,30 @@ def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, int, str]:
         unit = figures.get("unit", "problems")
         where = f"{figures['problems']} ({figures['judge']}; {figures['source']})"
     except (OSError, ValueError, KeyError, TypeError):
-        return (
-            "single",
-            1,
-            (
-                "Served by default: **one agent**. The team has no held-out figures against one "
-                "agent yet; choose a team shape to run it."
-            ),
+        why = (
+            "Served by default: **one agent**. The team has no held-out figures against one "
+            "agent yet; choose a team shape to run it."
         )
-    if team >= single:
-        whole = ""
-        if "class_level" in figures["team"] and "class_level" in figures["single"]:
-            whole = (
-                f"; whole classes passed: the team {figures['team']['class_level']:.3f}, one "
-                f"agent {figures['single']['class_level']:.3f}"
-            )
-        if "critical_path_ratio" in figures["team"]:
-            whole += (
-                f"; its busiest agent writes {figures['team']['critical_path_ratio']:.2f}× the "
-                "tokens one agent writes"
-            )
-        return (
-            "parallel",
-            size,
-            (
-                f"Served by default: **{name}**: held out it passes {team:.3f} of the {unit}, one "
-                f"agent {single:.3f}{whole}, on {where}."
-            ),
-        )
-    return (
-        solo,
-        1,
-        (
+        return "single", 1, why
+    if team < single:
+        why = (
             f"Served by default: **one agent**, which passes {single:.3f} of held-out {unit} where "
             f"{name} passes {team:.3f}, on {where}. The team is one choice away: pick a team shape."
-        ),
+        )
+        return solo, 1, why
+    more = ""
+    if "class_level" in figures["team"] and "class_level" in figures["single"]:
+        more = (
+            f"; whole classes passed: the team {figures['team']['class_level']:.3f}, one "
+            f"agent {figures['single']['class_level']:.3f}"
+        )
+    if "critical_path_ratio" in figures["team"]:
+        more += (
+            f"; its busiest agent writes {figures['team']['critical_path_ratio']:.2f}× the "
+            "tokens one agent writes"
+        )
+    why = (
+        f"Served by default: **{name}**: held out it passes {team:.3f} of the {unit}, one "
+        f"agent {single:.3f}{more}, on {where}."
     )
+    return "parallel", size, why

@@ -156,10 +156,10 @@ TASK_REWARDS: dict[str, TaskReward] = {}
 
 def task_reward(form: str) -> Callable[[TaskReward], TaskReward]:
     """Register `fn(result, report, weights) -> components` as the task reward of `form` (a kind
-    of work's name, agents/kinds/: "coding", "writing", "longform"), as TRL's reward functions are given: every one takes the finished episode
-    (`agents.team.result.EpisodeResult`), the test report of its program (None where there
-    is none) and the weights, and returns its components by name, `quality` and `coordination`
-    among them."""
+    of work's name, agents/kinds/: "coding", "writing", "longform"), as TRL's reward functions
+    are given: every one takes the finished episode (`agents.team.result.EpisodeResult`), the
+    test report of its program (None where there is none) and the weights, and returns its
+    components by name, `quality` and `coordination` among them."""
 
     def register(fn: TaskReward) -> TaskReward:
         if form in TASK_REWARDS:

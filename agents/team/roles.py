@@ -10,10 +10,10 @@ team's helper authors write), `{document}` (what the team writes), `{sections}` 
 sections in order, with "(you)" after this agent's), `{words}` (the section's target length),
 `{each}` (" each" after it where a long-form writer has several sections).
 
-Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to `agents.kinds.team_roles`
-(a role's name for its instructions, name + "/ask" for its ask), or put the same mapping in a
-JSON file and load it with `load_prompts(path)` (the CLI's `--roles-file`). Texts not given keep
-the defaults below.
+Change a prompt by passing `prompts={"helper": "...", "helper/ask": "...", ...}` to
+`agents.kinds.team_roles` (a role's name for its instructions, name + "/ask" for its ask), or put
+the same mapping in a JSON file and load it with `load_prompts(path)` (the CLI's
+`--roles-file`). Texts not given keep the defaults below.
 """
 
 from __future__ import annotations
