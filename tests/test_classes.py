@@ -13,9 +13,13 @@ from agents.judge.harness.codec import NotPlain, decode, encode
 from agents.judge.testrun import run_tests
 from agents.kinds.class_team import (
     CLASS_GREEDY,
+    PROMPT_CHARS,
     ClassEpisode,
+    ClassTeam,
     MethodStep,
     class_reward,
+    fitted,
+    method_messages,
     run_class_episode,
 )
 from agents.kinds.classes import (
@@ -482,3 +486,25 @@ def test_a_second_turn_rewrites_only_the_methods_that_failed_with_the_verdict(sh
     assert episode.critical_path_tokens == 7 * 3 + 7
     once = run_class_episode(problem, WrongThenRight(problem), team_of(shape))
     assert not once.verdict.all_passed and max(s.turn for s in once.steps) == 0
+
+
+def test_a_later_turns_view_of_a_long_class_keeps_the_verdict_within_the_window():
+    """The verdict a second turn shows counts in the view's budget: on a long class (CalendarUtil's
+    skeleton is 1,500 tokens) it is cut to the lines that fit, and the view stays within
+    `PROMPT_CHARS` (a view over the model's window stopped a two-turn evaluation)."""
+    problem = class_problem("CalendarUtil")
+    dealt = [problem.methods[::2], problem.methods[1::2]]
+    team = ClassTeam(problem, team_of("parallel", turns=2), dealt, [None, None], policy=None)
+    note = "The tests' verdict on your methods:\n" + "\n".join(
+        f"- Test{i} (`{m}`): 0 of 5 tests passed; first failure: " + "x" * 200
+        for i, m in enumerate(dealt[0])
+    )
+    merged = problem.skeleton * 2  # the class as written: too long to show, the skeleton instead
+    messages = method_messages(team, 0, dealt[0][0], [], note, merged)
+    view = messages[1]["content"] + messages[2]["content"]
+    asked = messages[1]["content"].rsplit("\n\n", 1)[1]  # the ask, not in the budget
+    assert asked.startswith("Write the method") and len(view) - len(asked) <= PROMPT_CHARS
+    assert "The class, as a skeleton" in view and "The tests' verdict on your methods" in view
+    assert note not in view  # cut to the lines that fit
+    short = "The tests' verdict on your methods:\n- TestA (`a`): 0 of 1 tests passed"
+    assert fitted(short, 1000) == short and fitted(short, 10) == ""

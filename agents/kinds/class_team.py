@@ -201,9 +201,9 @@ def method_messages(
     begun = opening(problem, method)  # parses the skeleton: once a request
     if merged and len(merged) + len(feedback) < PROMPT_CHARS - len(begun):
         parts = [f"The class as your team wrote it:\n```python\n{merged.strip()}\n```"]
-    if feedback:
+    if feedback := fitted(feedback, PROMPT_CHARS - len(parts[0]) - len(begun)):
         parts.append(feedback)
-    room = PROMPT_CHARS - len(parts[0]) - len(begun)
+    room = PROMPT_CHARS - sum(len(p) + 2 for p in parts) - len(begun)
     shown = []
     for step in reversed(seen):  # the latest first; the oldest left out when they do not fit
         room -= len(step.text) + 2
@@ -223,6 +223,16 @@ def method_messages(
         {"role": "user", "content": "\n\n".join(parts)},
         {"role": "assistant", "content": begun},
     ]
+
+
+def fitted(note: str, room: int) -> str:
+    """`note`'s first lines that fit in `room` characters (none but its first: nothing): a long
+    class leaves a later turn's verdict less room, and the view must stay in the window."""
+    lines = note.splitlines()
+    kept = len(lines)
+    while kept > 1 and len("\n".join(lines[:kept])) > room:
+        kept -= 1
+    return "\n".join(lines[:kept]) if kept > 1 else ""
 
 
 def verdict_note(team: ClassTeam, agent: int, verdict: ClassReport) -> str:
