@@ -203,7 +203,7 @@ def method_messages(
         parts = [f"The class as your team wrote it:\n```python\n{merged.strip()}\n```"]
     if feedback := fitted(feedback, PROMPT_CHARS - len(parts[0]) - len(begun)):
         parts.append(feedback)
-    room = PROMPT_CHARS - sum(len(p) + 2 for p in parts) - len(begun)
+    room = PROMPT_CHARS - len(parts[0]) - sum(len(p) + 2 for p in parts[1:]) - len(begun)
     shown = []
     for step in reversed(seen):  # the latest first; the oldest left out when they do not fit
         room -= len(step.text) + 2
