@@ -217,40 +217,31 @@ def test_the_learner_bench_gives_trl_the_same_start_as_coteam(model_path: Path):
     assert bench.coding_score(task, roles, [right]) > bench.coding_score(task, roles, [wrong])
 
 
-def test_the_turns_bench_pairs_each_class_and_counts_a_second_turn_only_where_one_was_written(
+def test_the_turns_bench_judges_an_episodes_first_turn_again_and_pairs_it_with_its_last(
     tmp_path: Path,
 ):
-    """`bench/class_turns.py`: a class's one-turn episode against its two-turn one, per row; a
-    team of another size in the same folder is not mixed in, and a class whose tests all passed in
-    the first turn took no second."""
+    """`bench/class_turns.py`: a two-turn episode's first turn (its first methods, merged and
+    judged again) against the episode's end. A team whose get_gpa is right only once it has seen
+    the verdict (a scripted policy: graph logic) fails a test class after its first turn and
+    passes the class after its second; a team of another size in the folder is left out."""
+    from agents.kinds.class_team import run_class_episode
+    from agents.kinds.classes import class_problem
+    from tests.test_classes import WrongThenRight, team_of
+
     bench = bench_module("class_turns")
-
-    def row(task, shape, dealt, turns, passed, written):
-        return {
-            "task_id": task, "shape": shape, "dealt": dealt, "sample": 0, "turns": turns,
-            "methods": [{}] * written, "test_classes": {f"T{i}": [] for i in range(4)},
-            "test_classes_passed": passed, "class_passed": passed == 4,
-            "critical_path_tokens": 10 * written, "wall_s": float(written),
-        }  # fmt: skip
-
-    four = [["filter"], ["is_start_with"], ["get_jwt_user"], ["set_current_user_info_and_log"]]
-    two = [["filter", "is_start_with"], ["get_jwt_user", "set_current_user_info_and_log"]]
-    rows = [
-        row("ClassEval_0", "parallel", four, 1, 2, 4),
-        row("ClassEval_0", "parallel", four, 2, 3, 6),  # two methods written again: one more passes
-        row("ClassEval_0", "parallel", two, 2, 0, 6),  # the team of 2: another row
-    ]
-    (tmp_path / "episodes.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    found = bench.episodes([str(tmp_path)], agents=4)
-    assert set(found) == {("parallel@base", "ClassEval_0", 1), ("parallel@base", "ClassEval_0", 2)}
-    c = bench.compare(
-        [found[("parallel@base", "ClassEval_0", 1)]], [found[("parallel@base", "ClassEval_0", 2)]]
-    )
+    problem = class_problem(4)
+    episode = run_class_episode(problem, WrongThenRight(problem), team_of("parallel", turns=2))
+    row = episode.summary() | {"sample": 0, "turns": 2, "variant": "base"}
+    other = row | {"dealt": [problem.methods]}  # one agent: not the team of 2
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(other) + "\n")
+    found = bench.episodes([str(tmp_path)], agents=2, turns=2)
+    assert list(found) == [("parallel@base", "ClassEval_4")]
+    assert found[("parallel@base", "ClassEval_4")]["dealt"] == row["dealt"]
+    first = bench.first_turn(found[("parallel@base", "ClassEval_4")])
+    assert not first["class_passed"] and row["class_passed"]
+    c = bench.compare([first], [row])
     assert (c["second_turn"], c["better"], c["worse"]) == (1, 1, 0)
-    assert (c["method_one"], c["method_more"]) == (0.5, 0.75)
-    assert c["tokens_x"] == 1.5
-    c = bench.compare(
-        [found[("parallel@base", "ClassEval_0", 1)]] * 2,
-        [found[("parallel@base", "ClassEval_0", 1)]] * 2,
-    )
+    assert c["method_one"] < c["method_more"] == 1.0
+    assert c["tokens_x"] > 1  # the second turn's rewrites are on the critical path
+    c = bench.compare([first], [first])
     assert c["second_turn"] == 0 and c["better"] == c["worse"] == 0
