@@ -55,8 +55,9 @@ ASK = (
 )
 CLASS_MAX_TOKENS = 256  # each method's reply, unless a person or a run says otherwise
 CLASS_GREEDY = replace(GREEDY, max_tokens=CLASS_MAX_TOKENS)  # evaluation's, and the default
-# characters of a method's view (skeleton, methods already written, opening): with the reply's
-# budget, within the 0.5B model's 2,048-token window (about 3.3 characters a token of code)
+# characters of a method's view (the skeleton or the class as merged, on a later turn the tests'
+# verdict, methods already written, opening): with the reply's budget, within the 0.5B model's
+# 2,048-token window (about 3.3 characters a token of code; the server refuses a longer prompt)
 PROMPT_CHARS = 5800
 # a method's reply ends where the model leaves the block, or (`method_end`) the method
 STOPS = ["\n```"]
