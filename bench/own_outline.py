@@ -12,6 +12,8 @@ is written greedily, through a managed vLLM server, as:
               points, Conclusion, with briefs alone
     request-title  the default outline titled by the request as typed, as a plain request was
               until 2026-12-06 (since, by what it is about: `agents.tasks.request_subject`)
+    subject-briefs  the default outline (its headings and leads) with each brief naming the
+              subject the request asks about ("The origins and history of Achilles: ...")
     planned   (--plan) the request with the outline the model itself writes in one planning
               call first (`agents.team.outline.plan_outline`: JSON held to a schema by the
               server's grammar; its time is added to the episode's, its tokens to the critical
@@ -56,11 +58,14 @@ from tqdm import tqdm  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL  # noqa: E402
 from agents.serving.server import ServerConfig, connect_or_start  # noqa: E402
 from agents.tasks import (  # noqa: E402
+    DEFAULT_OUTLINE,
+    LEAD_MARK,
     LONGFORM_SECTIONS,
     Task,
     TaskError,
     longform_prompt_task,
     longform_tasks,
+    request_subject,
 )
 from agents.team.graph import GREEDY, TeamSettings  # noqa: E402
 from agents.team.outline import plan_outline  # noqa: E402
@@ -109,6 +114,25 @@ def checks(document: str, subject: str) -> dict:
     return {"on_subject": named / len(parts), "stray_openings": stray, "shared_sentences": shared}
 
 
+# DEFAULT_OUTLINE's briefs, each naming the subject ({s}); its headings and leads kept
+SUBJECT_BRIEFS = (
+    "A plain definition of {s} and who it matters to. Only this section defines {s}.",
+    "The origins and history of {s}: when, where and who, with dates.",
+    "One thing most readers do not know about {s}, explained.",
+    "What {s} means for people now: effects, open debates, what to watch next.",
+)
+
+
+def subject_briefs(request: str) -> Task:
+    """A person's own `request` with the default outline whose briefs name its subject."""
+    subject = request_subject(request)
+    lines = [
+        f"{heading}: {brief.format(s=subject)}" + (f"{LEAD_MARK}{lead}" if lead else "")
+        for (heading, _, lead), brief in zip(DEFAULT_OUTLINE, SUBJECT_BRIEFS, strict=True)
+    ]
+    return longform_prompt_task(request, "\n".join(lines))
+
+
 def titled_by_request(task: Task) -> Task:
     """`task` (a person's own request) titled by the request's first line as typed."""
     title = task.prompt.strip().splitlines()[0][:120]
@@ -145,6 +169,12 @@ def measure(client, args) -> list[dict]:
                 "default": (own, None, 0, 0.0),
                 "briefs-only": (briefs, None, 0, 0.0),
                 "request-title": (titled_by_request(own), None, 0, 0.0),
+                "subject-briefs": (
+                    replace(subject_briefs(task.prompt), reference=task.reference),
+                    None,
+                    0,
+                    0.0,
+                ),
             }
             variants = {k: v for k, v in variants.items() if k in args.variants}
             usable = True
