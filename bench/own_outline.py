@@ -249,6 +249,7 @@ def report(rows: list[dict]) -> dict:
     pairs = [(("default", "parallel"), ("curated", "parallel")),
              (("default", "parallel"), ("briefs-only", "parallel")),
              (("default", "parallel"), ("request-title", "parallel")),
+             (("subject-briefs", "parallel"), ("default", "parallel")),
              (("default", "single"), ("briefs-only", "single")),
              (("default", "parallel"), ("default", "single")),
              (("curated", "parallel"), ("curated", "single")),
