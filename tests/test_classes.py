@@ -10,6 +10,7 @@ import pytest
 
 import store
 from agents.judge.harness.codec import NotPlain, decode, encode
+from agents.judge.parsing import parse
 from agents.judge.testrun import run_tests
 from agents.kinds.class_team import (
     CLASS_GREEDY,
@@ -309,7 +310,9 @@ class Scripted:
 
     def __init__(self, problem):
         self.lines = problem.program(problem.solution).splitlines()
-        cls = next(n for n in ast.parse("\n".join(self.lines)).body if isinstance(n, ast.ClassDef))
+        # a scripted policy is called from the graph's threads: its parse goes through the lock
+        tree = parse("\n".join(self.lines))
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
         self.methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
         self.requests = []
 
