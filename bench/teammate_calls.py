@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.kinds.class_team import passing_methods, teammate_calls  # noqa: E402
+from agents.kinds.class_team import passing_methods, team_size, teammate_calls  # noqa: E402
 from agents.kinds.classes import class_problem  # noqa: E402
 
 
@@ -29,14 +29,19 @@ def main() -> None:
     rows = [json.loads(line) for line in (Path(args.folder) / "episodes.jsonl").open()]
     rows = [r for r in rows if len(r["dealt"]) > 1 and r["sample"] == 0]  # one agent: no teammate
     classes = {r["task_id"] for r in rows}
+    problems = {task: class_problem(task) for task in classes}
     for size in (int(s) for s in args.sizes.split(",")):
-        # a class of fewer methods than `size` is played by the smaller team
-        of_size = [r for r in rows if len(r["dealt"]) == min(size, len(r["methods"]))]
+        # a class of fewer methods than `size` is played by the smaller team (`team_size`; a
+        # row's `methods` also holds a later turn's rewrites, so it does not count them)
+        of_size = [
+            r for r in rows
+            if len(r["dealt"]) == team_size(problems[r["task_id"]], r["shape"], size)
+        ]  # fmt: skip
         if {r["task_id"] for r in of_size} != classes:
             continue  # no team of this size ran on every class
         counts: dict[str, Counter] = {}
         for row in of_size:
-            problem = class_problem(row["task_id"])
+            problem = problems[row["task_id"]]
             tally = counts.setdefault(f"{row['shape']}@{row.get('variant', 'base')}", Counter())
             passing = passing_methods(problem, row["test_classes"])
             for method, called in teammate_calls(problem, row["dealt"], row["program"]).items():
