@@ -294,10 +294,12 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
     from agents.serving.policy import PolicyError
     from agents.team.roles import SHAPES
     from learner.class_eval import run_class_eval
+    from learner.config import EvalConfig
     from learner.evaluate import check_held_out, load_variant_adapters, parse_variant
 
     shapes = args.shapes or SHAPES
     shapes = ("single", "single_incremental", "parallel") if shapes == SHAPES else shapes
+    temperature = EvalConfig.temperature if args.temperature is None else args.temperature
     try:
         variants = dict(parse_variant(t) for t in args.adapters or [])
         check_held_out(variants, args.split or "heldout", args.fold, args.db)
@@ -309,7 +311,7 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
                 split=args.split or "heldout", fold=args.fold, limit=args.limit,
                 samples=args.samples or 1, max_tokens=args.max_tokens or CLASS_MAX_TOKENS,
                 turns=args.turns or 1, progress=not args.no_progress, command=command,
-                variants=variants,
+                variants=variants, temperature=temperature,
             )  # fmt: skip
     except (OSError, ValueError, PolicyError) as e:
         print(f"coteam eval: error: {e}", file=sys.stderr)

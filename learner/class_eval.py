@@ -73,13 +73,18 @@ def run_class_eval(
     progress: bool = True,
     command: str = "",
     variants: dict[str, tuple[str | None, ...]] | None = None,
+    temperature: float = 0.8,
 ) -> dict:
     """Run every (class, shape, variant, sample) not yet in `out`/episodes.jsonl, then write the
-    results. `variants`: name -> each agent's adapter (the base model always runs, as "base")."""
+    results. `variants`: name -> each agent's adapter (the base model always runs, as "base");
+    `temperature`: how K > 1 samples are drawn (top-p 0.95)."""
     variants = {BASE_VARIANT: ()} | dict(variants or {})
     unknown = [s for s in shapes if s not in CLASS_SHAPES]
     if unknown:
         raise ValueError(f"unknown class shapes {unknown}: {', '.join(CLASS_SHAPES)}")
+    if samples > 1 and not 0.0 < temperature <= 2.0:
+        raise ValueError(f"K > 1 samples need a temperature above 0, at most 2, not {temperature}")
+    temperature = temperature if samples > 1 else 0.0  # one answer is greedy
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "episodes.jsonl"
@@ -93,7 +98,7 @@ def run_class_eval(
         for shape in shapes  # interleaved: the machine's load falls on every shape alike
         if (
             problem.task_id, labelled(shape, variant), sample, team_size(problem, shape, agents),
-            turns,
+            turns, temperature,
         ) not in done
     ]  # fmt: skip
     bar = None
@@ -103,11 +108,11 @@ def run_class_eval(
         bar = tqdm(total=len(jobs), desc="class episodes", unit="episode")
     with path.open("a", encoding="utf-8") as f:
         for problem, shape, variant, sample in jobs:
-            sampling = judged_sampling(samples, max_tokens, seed=1000 * sample)
+            sampling = judged_sampling(samples, max_tokens, 1000 * sample, temperature)
             team = TeamSettings(shape, agents, turns, variants[variant], sampling)
             episode = run_class_episode(problem, policy, team)
             row = episode.summary() | {
-                "sample": sample, "turns": turns, "variant": variant,
+                "sample": sample, "turns": turns, "variant": variant, "temperature": temperature,
                 "adapters": list(variants[variant]),
             }  # fmt: skip
             f.write(json.dumps(row) + "\n")
@@ -116,7 +121,7 @@ def run_class_eval(
                 bar.update()
     if bar is not None:
         bar.close()
-    rows = _rows(path, problems, samples, turns, agents)
+    rows = _rows(path, problems, samples, turns, agents, temperature)
     order = {s: i for i, s in enumerate(CLASS_SHAPES)}
     labels = tuple(
         sorted({r["shape"] for r in rows}, key=lambda x: ("@" in x, order[x.split("@")[0]], x))
@@ -127,17 +132,21 @@ def run_class_eval(
         "fold": fold,
         "classes": [p.task_id for p in problems],
         "samples": samples,
+        "temperature": temperature,
         "max_tokens": max_tokens,
         "turns": turns,
         "variants": {r["shape"].split("@")[1]: r["adapters"] for r in rows if "@" in r["shape"]},
     }
-    name = f"agents{agents}-samples{samples}" + (f"-turns{turns}" if turns > 1 else "")
+    name = f"agents{agents}-samples{samples}" + (f"-t{temperature:g}" if samples > 1 else "")
+    name += f"-turns{turns}" if turns > 1 else ""
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
 
 
-def _rows(path: Path, problems, samples: int, turns: int, agents: int) -> list[dict]:
+def _rows(
+    path: Path, problems, samples: int, turns: int, agents: int, temperature: float
+) -> list[dict]:
     """Every row the folder holds for these classes and settings, named `shape@variant` (a run
     with other --shapes or --adapters adds its rows to the same tables)."""
     by_id = {p.task_id: p for p in problems}
@@ -145,18 +154,19 @@ def _rows(path: Path, problems, samples: int, turns: int, agents: int) -> list[d
         r | {"shape": label(r)}
         for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())
         if r["task_id"] in by_id and r["sample"] < samples and r.get("turns", 1) == turns
-        and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
+        and r.get("temperature", 0.0) == temperature and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
     ]  # fmt: skip
 
 
 def _done(path: Path) -> set[tuple]:
-    """What `episodes.jsonl` holds: (class, row name, sample, team size, turns) of each line."""
+    """What `episodes.jsonl` holds: (class, row name, sample, team size, turns, temperature) of
+    each line (a line without a temperature is greedy)."""
     done = set()
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             key = (row["task_id"], label(row), row["sample"], len(row["dealt"]))
-            done.add((*key, row.get("turns", 1)))
+            done.add((*key, row.get("turns", 1), row.get("temperature", 0.0)))
     return done
 
 
@@ -170,7 +180,9 @@ def label(row: dict) -> str:
 
 
 def _per_class(rows: list[dict], shape: str) -> dict[str, dict]:
-    """Per class (averaged over samples): method-level share, class passed, tokens, wall time."""
+    """Per class (averaged over samples): method-level share, class passed, tokens, wall time;
+    over all K samples: the share of test classes some sample passes, and whether one passes all
+    (pass@K)."""
     found: dict[str, list[dict]] = {}
     for row in rows:
         if row["shape"] == shape:
@@ -185,14 +197,23 @@ def _per_class(rows: list[dict], shape: str) -> dict[str, dict]:
             "wall": statistics.mean(r["wall_s"] for r in rs),
             "test_classes": sum(r["test_classes_passed"] for r in rs),
             "test_classes_total": sum(len(r["test_classes"]) for r in rs),
+            "method_at_k": _passed_by_any(rs),
+            "class_at_k": float(any(r["class_passed"] for r in rs)),
         }
         for task, rs in found.items()
     }
 
 
+def _passed_by_any(rows: list[dict]) -> float:
+    """The share of a class's test classes that at least one of its samples passes."""
+    names = rows[0]["test_classes"]
+    passed = {n for r in rows for n, (p, t) in r["test_classes"].items() if p == t and t > 0}
+    return len(passed & set(names)) / max(1, len(names))
+
+
 def summarize(rows: list[dict], shapes: tuple[str, ...], agents: int) -> dict:
     """Each shape's figures, and each team's paired tests against the better single form."""
-    from scipy.stats import binomtest, wilcoxon
+    from scipy.stats import binomtest
 
     per = {shape: _per_class(rows, shape) for shape in shapes}
     figures = {}
@@ -205,6 +226,8 @@ def summarize(rows: list[dict], shapes: tuple[str, ...], agents: int) -> dict:
             "test_classes_passed": sum(c["test_classes"] for c in classes.values()),
             "test_classes_total": sum(c["test_classes_total"] for c in classes.values()),
             "class_level": statistics.mean(c["class"] for c in classes.values()),
+            "method_at_k": statistics.mean(c["method_at_k"] for c in classes.values()),
+            "class_at_k": statistics.mean(c["class_at_k"] for c in classes.values()),
             "critical_path_tokens": statistics.mean(c["tokens"] for c in classes.values()),
             "wall_s": statistics.mean(c["wall"] for c in classes.values()),
         }
@@ -218,6 +241,7 @@ def summarize(rows: list[dict], shapes: tuple[str, ...], agents: int) -> dict:
         team = [per[shape][t] for t in shared]
         one = [per[best][t] for t in shared]
         diffs = [a["method"] - b["method"] for a, b in zip(team, one, strict=True)]
+        at_k = [a["method_at_k"] - b["method_at_k"] for a, b in zip(team, one, strict=True)]
         better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
         nonzero = [d for d in diffs if d != 0]
         only_team = sum(a["class"] > b["class"] for a, b in zip(team, one, strict=True))
@@ -226,10 +250,12 @@ def summarize(rows: list[dict], shapes: tuple[str, ...], agents: int) -> dict:
             "against": best,
             "classes": len(shared),
             "method_level_diff": statistics.mean(diffs) if diffs else 0.0,
+            "method_at_k_diff": statistics.mean(at_k) if at_k else 0.0,
+            "method_at_k_wilcoxon_p": _wilcoxon([d for d in at_k if d != 0]),
             "better": better,
             "worse": worse,
             "sign_p": binomtest(better, better + worse).pvalue if better + worse else 1.0,
-            "wilcoxon_p": wilcoxon(nonzero).pvalue if len(nonzero) >= 1 else 1.0,
+            "wilcoxon_p": _wilcoxon(nonzero),
             "class_only_team": only_team,
             "class_only_single": only_single,
             "mcnemar_p": binomtest(only_team, only_team + only_single).pvalue
@@ -243,6 +269,12 @@ def summarize(rows: list[dict], shapes: tuple[str, ...], agents: int) -> dict:
     return {"agents": agents, "figures": figures, "best_single": best, "paired": tests}
 
 
+def _wilcoxon(nonzero: list[float]) -> float:
+    from scipy.stats import wilcoxon
+
+    return float(wilcoxon(nonzero).pvalue) if nonzero else 1.0
+
+
 def report(results: dict) -> str:
     """The results as a Markdown table, saying what every row shares."""
     lines = [
@@ -251,7 +283,11 @@ def report(results: dict) -> str:
         f"Classes: {len(results['classes'])} ({results['split']}"
         + (f", fold {results['fold']}" if results["fold"] else "")
         + f"); {results['samples']} answer(s) per class and shape"
-        + (" (greedy)" if results["samples"] == 1 else " (T = 0.8, top-p 0.95)")
+        + (
+            " (greedy)"
+            if results["samples"] == 1
+            else f" (T = {results.get('temperature', 0.8):g}, top-p 0.95; pass@1 is their mean)"
+        )
         + f"; {results['max_tokens']} tokens per method; {results.get('turns', 1)} turn(s). "
         "Every shape: the same openings (each "
         "method begun with the skeleton's stub of it), budget and judge.",
@@ -280,9 +316,26 @@ def report(results: dict) -> str:
             f"{t['class_only_single']} ({t['mcnemar_p']:.3g}) | {t['tokens_ratio']:.2f} | "
             f"{t['wall_ratio']:.2f} |"
         )
+    lines += _at_k_lines(results) if results["samples"] > 1 else []
     named = {k: v for k, v in results.get("variants", {}).items() if v}
     if named:
         lines += ["", "Variants: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in named.items())]
     if results.get("command"):
         lines += ["", f"Command: `{results['command']}`"]
     return "\n".join(lines) + "\n"
+
+
+def _at_k_lines(results: dict) -> list[str]:
+    """pass@K over a class's K samples: a test class some sample passes, a class some sample
+    passes whole; each team paired with the better single form (Wilcoxon on the method level)."""
+    k = results["samples"]
+    lines = ["", f"pass@{k} (what one of the {k} samples passes):", ""]
+    lines += [f"| shape | method level pass@{k} | class level pass@{k} |", "|---|---|---|"]
+    for shape, f in results["figures"].items():
+        lines.append(f"| {shape} | {f['method_at_k']:.3f} | {f['class_at_k']:.3f} |")
+    for shape, t in results["paired"].items():
+        lines.append(
+            f"\n{shape} against {t['against']}: method level pass@{k} "
+            f"{t['method_at_k_diff']:+.3f} (Wilcoxon p {t['method_at_k_wilcoxon_p']:.3g})"
+        )
+    return lines

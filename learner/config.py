@@ -347,7 +347,13 @@ class EvalConfig:
         default_factory=lambda: {BASE_VARIANT: ()}
     )  # name -> adapter of agent 0, 1, ... (missing or None: the base model); `--adapters`
     max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=flag("tokens per agent call"))
-    temperature: float = 0.8  # for K > 1 (the reference baselines' sampling)
+    temperature: float = field(
+        default=0.8,
+        metadata=flag(
+            "sampling temperature for K > 1 (0.8: the reference baselines'; Co-code samples code "
+            "at 0.2 by default)"
+        ),
+    )
     top_p: float = 0.95
     repetition_penalty: float = field(
         default=1.0,
@@ -395,6 +401,10 @@ class EvalConfig:
             raise EvalError("samples, turns and concurrency are at least 1")
         if not self.variants:
             raise EvalError("give at least one variant")
+        if self.samples > 1 and not 0.0 < self.temperature <= 2.0:
+            raise EvalError(
+                f"--temperature samples K > 1 answers: above 0, at most 2, not {self.temperature}"
+            )
         if not 1.0 <= self.repetition_penalty <= 2.0:
             raise EvalError(f"--repetition-penalty is 1 (none) to 2, not {self.repetition_penalty}")
         if self.limit is not None and self.limit < 1:

@@ -447,6 +447,47 @@ def test_a_variant_runs_every_shape_with_its_adapters_against_the_base_single(tm
     assert len((tmp_path / "episodes.jsonl").read_text().splitlines()) == 2 * 5
 
 
+def test_sampled_class_evaluation_draws_at_its_temperature_and_reports_pass_at_k(tmp_path):
+    from learner.class_eval import run_class_eval
+
+    policy = ScriptedClasses()
+    seen = []
+    generate = policy.generate
+    policy.generate = lambda requests, on_token=None: seen.extend(requests) or generate(requests)
+    args = dict(shapes=("single", "parallel"), limit=2, progress=False)
+    with pytest.raises(ValueError, match="temperature"):
+        run_class_eval(policy, tmp_path, samples=2, temperature=0.0, **args)
+    results = run_class_eval(policy, tmp_path, samples=2, temperature=0.2, **args)
+    assert {r.temperature for r in seen} == {0.2} and None not in {r.seed for r in seen}
+    assert results["temperature"] == 0.2
+    assert results["figures"]["parallel"]["method_at_k"] == 1.0  # the canonical methods
+    assert results["paired"]["parallel"]["method_at_k_diff"] == 0.0
+    report = (tmp_path / "report-agents2-samples2-t0.2.md").read_text()
+    assert "T = 0.2" in report and "| parallel | 1.000 | 1.000 |" in report
+    # greedy into the same folder: its answers are new, not the sampled answer 0
+    seen.clear()
+    results = run_class_eval(policy, tmp_path, **args)
+    assert {r.temperature for r in seen} == {0.0} and results["temperature"] == 0.0
+    assert len((tmp_path / "episodes.jsonl").read_text().splitlines()) == 2 * 2 * 2 + 2 * 2
+
+
+def test_pass_at_k_counts_a_test_class_any_sample_passes():
+    from learner.class_eval import summarize
+
+    def row(sample, passed):
+        tests = {"A": (1, 1) if "A" in passed else (0, 1), "B": (2, 2) if "B" in passed else (1, 2)}
+        return {
+            "task_id": "C", "shape": "single", "sample": sample, "test_classes": tests,
+            "test_classes_passed": len(passed), "class_passed": len(passed) == 2,
+            "critical_path_tokens": 10, "wall_s": 1.0,
+        }  # fmt: skip
+
+    figures = summarize([row(0, "A"), row(1, "B"), row(2, "")], ("single",), 2)["figures"]
+    assert figures["single"]["method_level"] == pytest.approx(1 / 3)  # pass@1: the mean
+    assert figures["single"]["method_at_k"] == 1.0  # A by sample 0, B by sample 1
+    assert figures["single"]["class_at_k"] == 0.0  # no one sample passes both
+
+
 class WrongThenRight(Scripted):
     """Writes get_gpa wrong on the first turn, right once it has seen the verdict."""
 

@@ -293,6 +293,9 @@ def test_config_and_variant_parsing():
     assert len(writing) == 30 and not {t.source_id for t in writing} & {t.source_id for t in train}
     assert EvalConfig().sampling.temperature == 0.0  # K=1 is greedy
     assert EvalConfig(samples=4).sampling.temperature == 0.8
+    assert EvalConfig(samples=4, temperature=0.2).sampling.temperature == 0.2  # Co-code's
+    with pytest.raises(EvalError, match="--temperature"):
+        EvalConfig(samples=4, temperature=0.0)
     penalised = EvalConfig(repetition_penalty=1.1)
     assert penalised.sampling.repetition_penalty == 1.1 and penalised.sampling.temperature == 0.0
     assert penalised.episode_settings()["repetition_penalty"] == 1.1  # a folder is one setting
