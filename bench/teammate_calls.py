@@ -4,7 +4,13 @@ evaluation's episodes, the methods whose docstring implies a call to a teammate'
 calls, and how many of those pass their test class: the class reward's coordination count
 (agents/kinds/class_team.py `teammate_calls`, `passing_methods`).
 
+With `--db DB --run N` it counts the same over a class training run's sampled episodes instead,
+in `--chunks` parts in the order they were played, with Fisher's exact test of the first part's
+share of implied calls written against the last's: whether training moved the team to call its
+teammates.
+
 Usage: python bench/teammate_calls.py EVAL_FOLDER
+       python bench/teammate_calls.py --db TEAM.db --run 3 --chunks 4
 """
 
 from __future__ import annotations
@@ -23,9 +29,17 @@ from agents.kinds.classes import class_problem  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", help="a `coteam eval --task class` output folder")
+    parser.add_argument("folder", nargs="?", help="a `coteam eval --task class` output folder")
     parser.add_argument("--sizes", default="2,3,4", help="team sizes (default 2,3,4)")
+    parser.add_argument("--db", help="a database a class training run wrote (with --run)")
+    parser.add_argument("--run", type=int, help="the training run whose sampled episodes to count")
+    parser.add_argument("--chunks", type=int, default=4, help="parts of the run (default 4)")
     args = parser.parse_args()
+    if args.db and args.run:
+        training_trend(args.db, args.run, args.chunks)
+        return
+    if not args.folder:
+        parser.error("give an evaluation folder, or --db and --run")
     rows = [json.loads(line) for line in (Path(args.folder) / "episodes.jsonl").open()]
     rows = [r for r in rows if len(r["dealt"]) > 1 and r["sample"] == 0]  # one agent: no teammate
     classes = {r["task_id"] for r in rows}
@@ -54,6 +68,50 @@ def main() -> None:
                 f"code calls {tally['called']}, of which {tally['called and passing']} pass their "
                 "tests"
             )
+
+
+def training_trend(db_path: str, run: int, chunks: int) -> None:
+    """Implied teammate calls written (and passing) in a training run's sampled team episodes,
+    in `chunks` parts in the order played; Fisher's exact test, first part against the last."""
+    from scipy.stats import fisher_exact
+
+    from store import open_db
+
+    with open_db(db_path) as db:
+        [span] = db.query("select started_at, finished_at from training_runs where id = ?", [run])
+        rows = list(
+            db.query(
+                "select e.params, e.final_output, e.checks, t.source_id from episodes e "
+                "join tasks t on t.id = e.task_id where e.shape like 'class_%' and e.team_size > 1 "
+                "and e.started_at >= ? and e.started_at <= ? order by e.id",
+                [span["started_at"], span["finished_at"] or "9999"],
+            )
+        )
+    tallies = []
+    for row in rows:
+        params = json.loads(row["params"] or "{}")
+        if not params.get("temperature"):  # the gate's greedy episodes
+            continue
+        problem = class_problem(row["source_id"])
+        outcome = {c["name"]: (int(c["passed"]), 1) for c in json.loads(row["checks"] or "[]")}
+        passing = passing_methods(problem, outcome)
+        calls = teammate_calls(problem, params["dealt"], row["final_output"] or "")
+        tallies.append(
+            (len(calls), sum(calls.values()), sum(c and m in passing for m, c in calls.items()))
+        )
+    size = -(-len(tallies) // chunks)
+    parts = [tallies[i : i + size] for i in range(0, len(tallies), size)]
+    print(f"run {run}: {len(tallies)} sampled team episodes in {len(parts)} parts, in play order")
+    for i, part in enumerate(parts, 1):
+        implied, called, passing = (sum(t[k] for t in part) for k in range(3))
+        share = called / implied if implied else 0.0
+        print(
+            f"part {i} ({len(part)} episodes): {implied} implied calls, {called} written "
+            f"({share:.1%}), {passing} of them passing"
+        )
+    first, last = (tuple(sum(t[k] for t in p) for k in range(2)) for p in (parts[0], parts[-1]))
+    table = [[first[1], first[0] - first[1]], [last[1], last[0] - last[1]]]
+    print(f"written, first part against last: Fisher's exact p = {fisher_exact(table).pvalue:.3g}")
 
 
 if __name__ == "__main__":

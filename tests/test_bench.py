@@ -12,6 +12,7 @@ import random
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,31 @@ def test_the_turns_bench_judges_an_episodes_first_turn_again_and_pairs_it_with_i
     assert c["tokens_x"] > 1  # the second turn's rewrites are on the critical path
     c = bench.compare([first], [first])
     assert c["second_turn"] == 0 and c["better"] == c["worse"] == 0
+
+
+def test_the_call_trend_counts_a_training_runs_sampled_team_episodes(tmp_path, capsys):
+    """`bench/teammate_calls.py --db --run`: the implied teammate calls a training run's sampled
+    team episodes write, in play order; the gate's greedy episodes are not the run's samples."""
+    import store
+    from agents.kinds.class_team import class_reward, run_class_episode
+    from agents.kinds.classes import class_problem
+    from learner.class_train import record_class_episode
+    from tests.test_class_train import SAMPLED, TWO, WithTokens
+
+    bench = bench_module("teammate_calls")
+    problem = class_problem(0)  # `filter` implies calls to its teammate's methods
+    db_path = tmp_path / "coteam.db"
+    with store.open_db(db_path) as db:
+        run = store.start_training_run(db, "cli")
+    sampled = run_class_episode(problem, WithTokens(problem), replace(TWO, sampling=SAMPLED))
+    for g in range(4):
+        record_class_episode(db_path, sampled, class_reward(sampled), [], "g", g, SAMPLED)
+    greedy = run_class_episode(problem, WithTokens(problem), TWO)
+    record_class_episode(db_path, greedy, class_reward(greedy), [])  # as the gate keeps one
+    with store.open_db(db_path) as db:
+        store.finish_training_run(db, run)
+    bench.training_trend(str(db_path), run, 2)
+    out = capsys.readouterr().out
+    assert "4 sampled team episodes in 2 parts" in out
+    assert out.count("(2 episodes): 2 implied calls, 2 written (100.0%), 2 of them passing") == 2
+    assert "Fisher's exact p = 1" in out
