@@ -78,7 +78,10 @@ def training_trend(db_path: str, run: int, chunks: int) -> None:
     from store import open_db
 
     with open_db(db_path) as db:
-        [span] = db.query("select started_at, finished_at from training_runs where id = ?", [run])
+        found = list(db.query("select * from training_runs where id = ?", [run]))
+        if not found:
+            raise SystemExit(f"no training run {run} in {db_path}")
+        span = found[0]
         rows = list(
             db.query(
                 "select e.params, e.final_output, e.checks, t.source_id from episodes e "
@@ -99,7 +102,10 @@ def training_trend(db_path: str, run: int, chunks: int) -> None:
         tallies.append(
             (len(calls), sum(calls.values()), sum(c and m in passing for m, c in calls.items()))
         )
-    size = -(-len(tallies) // chunks)
+    if not tallies:
+        print(f"run {run}: no sampled team episodes of classes in {db_path}")
+        return
+    size = -(-len(tallies) // max(1, chunks))
     parts = [tallies[i : i + size] for i in range(0, len(tallies), size)]
     print(f"run {run}: {len(tallies)} sampled team episodes in {len(parts)} parts, in play order")
     for i, part in enumerate(parts, 1):

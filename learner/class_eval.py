@@ -154,7 +154,8 @@ def _rows(
         r | {"shape": label(r)}
         for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())
         if r["task_id"] in by_id and r["sample"] < samples and r.get("turns", 1) == turns
-        and r.get("temperature", 0.0) == temperature and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
+        and r.get("temperature", 0.0) == temperature
+        and len(r["dealt"]) == team_size(by_id[r["task_id"]], r["shape"], agents)
     ]  # fmt: skip
 
 
