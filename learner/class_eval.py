@@ -88,19 +88,9 @@ def run_class_eval(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "episodes.jsonl"
-    done = _done(path)
     problems = class_eval_problems(split, fold, limit)
-    jobs = [
-        (problem, shape, variant, sample)
-        for problem in problems
-        for sample in range(samples)
-        for variant in variants
-        for shape in shapes  # interleaved: the machine's load falls on every shape alike
-        if (
-            problem.task_id, labelled(shape, variant), sample, team_size(problem, shape, agents),
-            turns, temperature,
-        ) not in done
-    ]  # fmt: skip
+    settings = (samples, agents, turns, temperature)
+    jobs = _jobs(problems, shapes, variants, settings, _done(path))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -142,6 +132,23 @@ def run_class_eval(
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
+
+
+def _jobs(problems, shapes, variants, settings: tuple, done: set) -> list[tuple]:
+    """(class, shape, variant, sample) of every episode the folder lacks; `settings`: samples,
+    team size, turns and temperature."""
+    samples, agents, turns, temperature = settings
+    return [
+        (problem, shape, variant, sample)
+        for problem in problems
+        for sample in range(samples)
+        for variant in variants
+        for shape in shapes  # interleaved: the machine's load falls on every shape alike
+        if (
+            problem.task_id, labelled(shape, variant), sample, team_size(problem, shape, agents),
+            turns, temperature,
+        ) not in done
+    ]  # fmt: skip
 
 
 def _rows(
