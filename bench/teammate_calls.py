@@ -108,15 +108,14 @@ def training_trend(db_path: str, run: int, chunks: int) -> None:
     size = -(-len(tallies) // max(1, chunks))
     parts = [tallies[i : i + size] for i in range(0, len(tallies), size)]
     print(f"run {run}: {len(tallies)} sampled team episodes in {len(parts)} parts, in play order")
-    for i, part in enumerate(parts, 1):
-        implied, called, passing = (sum(t[k] for t in part) for k in range(3))
+    sums = [tuple(map(sum, zip(*part, strict=True))) for part in parts]  # implied, called, passing
+    for i, (part, (implied, called, passing)) in enumerate(zip(parts, sums, strict=True), 1):
         share = called / implied if implied else 0.0
         print(
             f"part {i} ({len(part)} episodes): {implied} implied calls, {called} written "
             f"({share:.1%}), {passing} of them passing"
         )
-    first, last = (tuple(sum(t[k] for t in p) for k in range(2)) for p in (parts[0], parts[-1]))
-    table = [[first[1], first[0] - first[1]], [last[1], last[0] - last[1]]]
+    table = [[called, implied - called] for implied, called, _ in (sums[0], sums[-1])]
     print(f"written, first part against last: Fisher's exact p = {fisher_exact(table).pvalue:.3g}")
 
 

@@ -38,7 +38,7 @@ from agents.kinds.class_team import (
 )
 from agents.kinds.classes import class_splits
 from agents.team.graph import TeamSettings, judged_sampling
-from learner.config import BASE_VARIANT
+from learner.config import BASE_VARIANT, checked_temperature
 
 SPLITS = {"heldout": "held_out", "train": "train", "all": None}
 
@@ -82,9 +82,7 @@ def run_class_eval(
     unknown = [s for s in shapes if s not in CLASS_SHAPES]
     if unknown:
         raise ValueError(f"unknown class shapes {unknown}: {', '.join(CLASS_SHAPES)}")
-    if samples > 1 and not 0.0 < temperature <= 2.0:
-        raise ValueError(f"K > 1 samples need a temperature above 0, at most 2, not {temperature}")
-    temperature = temperature if samples > 1 else 0.0  # one answer is greedy
+    temperature = checked_temperature(samples, temperature)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "episodes.jsonl"

@@ -298,6 +298,16 @@ class EvalError(ValueError):
     """The evaluation cannot run as asked; the message says what to change."""
 
 
+def checked_temperature(samples: int, temperature: float) -> float:
+    """The temperature an evaluation's K > 1 samples are drawn at (above 0, at most 2; an
+    EvalError otherwise); one answer per task is greedy: 0."""
+    if samples > 1 and not 0.0 < temperature <= 2.0:
+        raise EvalError(
+            f"--temperature samples K > 1 answers: above 0, at most 2, not {temperature}"
+        )
+    return temperature if samples > 1 else 0.0
+
+
 @dataclass
 class EvalConfig:
     """Every knob of an evaluation run, with its default."""
@@ -401,10 +411,7 @@ class EvalConfig:
             raise EvalError("samples, turns and concurrency are at least 1")
         if not self.variants:
             raise EvalError("give at least one variant")
-        if self.samples > 1 and not 0.0 < self.temperature <= 2.0:
-            raise EvalError(
-                f"--temperature samples K > 1 answers: above 0, at most 2, not {self.temperature}"
-            )
+        checked_temperature(self.samples, self.temperature)
         if not 1.0 <= self.repetition_penalty <= 2.0:
             raise EvalError(f"--repetition-penalty is 1 (none) to 2, not {self.repetition_penalty}")
         if self.limit is not None and self.limit < 1:
