@@ -125,7 +125,8 @@ def class_weights_used(scored: dict) -> dict[str, float]:
 CLASS_REWARD_WORDS = {
     "tests": "share of the test classes passed",
     "whole_class": "the whole class passed",
-    "coordination": "methods that call a teammate's method as their docstring implies, and pass",
+    "coordination": "methods that call a teammate's method as their docstring implies, by the "
+    "share of their tests that pass",
     "speed": "the budget left on the critical path (the agent that wrote most), times the "
     "tests' share",
 }

@@ -272,7 +272,9 @@ def _episode(problem, program, dealt, tokens):
 def test_the_class_reward_ranks_hand_made_classes_as_a_person_would():
     """The whole canonical class (get_top_student calls its teammate's get_gpa) above the same
     class with get_gpa's work copied into get_top_student, above a class with get_top_student
-    wrong, above methods that only parse."""
+    wrong but calling get_gpa (it passes one of its five tests, the empty class's), above the
+    same wrong method with get_gpa's work copied in, above methods that only parse: a call is
+    paid by the share of the caller's tests that pass, and never outweighs the work itself."""
     problem = class_problem(4)
     dealt = deal(problem, 2)
     canonical = problem.program(problem.solution)
@@ -283,6 +285,7 @@ def test_the_class_reward_ranks_hand_made_classes_as_a_person_would():
         "if self.students[name]['courses'] else None)",
     )
     wrong = canonical.replace("top_student = name", "top_student = None")
+    wrong_duplicated = duplicated.replace("top_student = name", "top_student = None")
     cls = next(n for n in ast.parse(canonical).body if isinstance(n, ast.ClassDef))
     for method in cls.body:
         if isinstance(method, ast.FunctionDef) and method.name != "__init__":
@@ -290,14 +293,16 @@ def test_the_class_reward_ranks_hand_made_classes_as_a_person_would():
     stubbed = ast.unparse(cls)
     rewards = [
         class_reward(_episode(problem, program, dealt, 60))
-        for program in (canonical, duplicated, wrong, stubbed)
+        for program in (canonical, duplicated, wrong, wrong_duplicated, stubbed)
     ]
-    assert rewards[0]["calls"] == {"get_top_student": True}
-    assert rewards[1]["calls"] == {"get_top_student": False}
+    assert rewards[0]["calls"] == rewards[2]["calls"] == {"get_top_student": True}
+    assert rewards[1]["calls"] == rewards[3]["calls"] == {"get_top_student": False}
     assert rewards[0]["tests"] == rewards[1]["tests"] == 1.0
+    assert rewards[2]["tests"] == rewards[3]["tests"] < 1.0
+    assert rewards[2]["coordination"] == pytest.approx(1 / 5)  # one of get_top_student's 5
     totals = [r["reward"] for r in rewards]
-    assert totals[0] > totals[1] > totals[2] > totals[3], rewards
-    assert rewards[3]["reward"] == 0.0  # nothing for methods that only parse
+    assert totals[0] > totals[1] > totals[2] > totals[3] > totals[4], rewards
+    assert rewards[4]["reward"] == 0.0  # nothing for methods that only parse
 
 
 def team_of(shape: str, turns: int = 1) -> TeamSettings:

@@ -510,12 +510,13 @@ def run_class_episode(
 @dataclass(frozen=True)
 class ClassRewardWeights:
     """What a class episode's reward is made of (summing to 1): the test classes passed, a bonus
-    for the whole class, calls to teammates' methods that the docstrings imply and whose tests
-    pass, and speed (the critical path's share of the budget left)."""
+    for the whole class, calls to teammates' methods that the docstrings imply, paid by the
+    share of the calling method's tests that pass, and speed (the critical path's share of the
+    budget left)."""
 
-    tests: float = 0.6
+    tests: float = 0.5
     whole_class: float = 0.2
-    coordination: float = 0.1
+    coordination: float = 0.2
     speed: float = 0.1
 
 
@@ -544,10 +545,19 @@ def teammate_calls(problem: ClassProblem, dealt: list[list[str]], program: str) 
     return found
 
 
-def passing_methods(problem: ClassProblem, test_classes: dict) -> set[str | None]:
-    """The methods with a test class that passed in full (`test_classes`: name -> (passed,
-    total); a test class of several methods together names none)."""
-    return {problem.test_classes.get(name) for name, (p, t) in test_classes.items() if p == t}
+def method_shares(problem: ClassProblem, test_classes: dict) -> dict[str, float]:
+    """Each method's share of its test class's tests that passed (`test_classes`: name ->
+    (passed, total)); a method with no test class of its own is missing."""
+    return {
+        problem.test_classes[name]: p / t
+        for name, (p, t) in test_classes.items()
+        if t > 0 and problem.test_classes.get(name)
+    }
+
+
+def passing_methods(problem: ClassProblem, test_classes: dict) -> set[str]:
+    """The methods whose own test class passed in full."""
+    return {m for m, share in method_shares(problem, test_classes).items() if share == 1.0}
 
 
 def class_reward(
@@ -555,15 +565,17 @@ def class_reward(
     weights: ClassRewardWeights = ClassRewardWeights(),  # noqa: B008
 ) -> dict:
     """The joint reward of a class episode and its parts, each in [0, 1]. Nothing is paid for a
-    method that only parses: coordination counts a teammate's method called by a method whose
-    test class passes; speed is paid only in proportion to the tests passed."""
+    method that only parses: coordination pays a teammate's implied method called by a method in
+    proportion to the share of that method's tests that pass (a test class in full is what
+    `tests` counts; the part of one a calling method passes is what makes the call's worth
+    visible to a group of samples); speed is paid only in proportion to the tests passed."""
     problem, verdict = episode.problem, episode.verdict
     tests = verdict.fraction
     whole = 1.0 if verdict.all_passed else 0.0
-    passing = passing_methods(problem, verdict.test_classes)
+    shares = method_shares(problem, verdict.test_classes)
     calls = teammate_calls(problem, episode.dealt, episode.merged.program)
     coordination = (
-        sum(called and method in passing for method, called in calls.items()) / len(calls)
+        sum(shares.get(method, 0.0) for method, called in calls.items() if called) / len(calls)
         if calls
         else None
     )
