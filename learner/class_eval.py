@@ -36,7 +36,7 @@ from agents.kinds.class_team import (
     run_class_episode,
     team_size,
 )
-from agents.kinds.classes import class_splits
+from agents.kinds.classes import class_splits, passed_in_full
 from agents.team.graph import TeamSettings, judged_sampling
 from learner.config import BASE_VARIANT, checked_temperature
 
@@ -213,7 +213,7 @@ def _per_class(rows: list[dict], shape: str) -> dict[str, dict]:
 def _passed_by_any(rows: list[dict]) -> float:
     """The share of a class's test classes that at least one of its samples passes."""
     names = rows[0]["test_classes"]
-    passed = {n for r in rows for n, (p, t) in r["test_classes"].items() if p == t and t > 0}
+    passed = {n for r in rows for n, (p, t) in r["test_classes"].items() if passed_in_full(p, t)}
     return len(passed & set(names)) / max(1, len(names))
 
 

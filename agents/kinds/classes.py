@@ -293,6 +293,12 @@ def _source(text: str, node: ast.AST) -> str:
 
 
 @dataclass
+def passed_in_full(passed: int, total: int) -> bool:
+    """Whether a test class of `total` tests, `passed` of them passing, passes (ClassEval's
+    method level: all its tests, and at least one)."""
+    return passed == total and total > 0
+
+
 class ClassReport:
     """The judge's verdict on a class: `test_classes` maps each test class to (passed, total)
     tests; a test class passes when all its tests do (ClassEval's method level), the class when
@@ -303,7 +309,7 @@ class ClassReport:
 
     @property
     def classes_passed(self) -> int:
-        return sum(p == t and t > 0 for p, t in self.test_classes.values())
+        return sum(passed_in_full(p, t) for p, t in self.test_classes.values())
 
     @property
     def all_passed(self) -> bool:
@@ -333,7 +339,9 @@ class ClassReport:
             message = f"{passed} of {total} tests passed" + (
                 f"; first failure: {failure}" if failure else ""
             )
-            checks.append({"name": name, "passed": passed == total > 0, "message": message})
+            checks.append(
+                {"name": name, "passed": passed_in_full(passed, total), "message": message}
+            )
         if self.report.error:
             checks.append({"name": "the program", "passed": False, "message": self.report.error})
         return checks
