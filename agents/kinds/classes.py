@@ -292,13 +292,13 @@ def _source(text: str, node: ast.AST) -> str:
     return "\n".join(lines[first : node.end_lineno]) + "\n"
 
 
-@dataclass
 def passed_in_full(passed: int, total: int) -> bool:
     """Whether a test class of `total` tests, `passed` of them passing, passes (ClassEval's
     method level: all its tests, and at least one)."""
     return passed == total and total > 0
 
 
+@dataclass
 class ClassReport:
     """The judge's verdict on a class: `test_classes` maps each test class to (passed, total)
     tests; a test class passes when all its tests do (ClassEval's method level), the class when
