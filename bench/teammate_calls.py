@@ -7,7 +7,9 @@ calls, and how many of those pass their test class: the class reward's coordinat
 With `--db DB --run N` it counts the same over a class training run's sampled episodes instead,
 in `--chunks` parts in the order they were played, with Fisher's exact test of the first part's
 share of implied calls written against the last's: whether training moved the team to call its
-teammates.
+teammates; and each part's coordination credit as the class reward pays it (each written call
+by the share of its method's tests that pass, over the implied calls), whatever reward the run
+was trained on.
 
 Usage: python bench/teammate_calls.py EVAL_FOLDER
        python bench/teammate_calls.py --db TEAM.db --run 3 --chunks 4
@@ -17,14 +19,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.kinds.class_team import passing_methods, team_size, teammate_calls  # noqa: E402
+from agents.kinds.class_team import (  # noqa: E402
+    method_shares,
+    passing_methods,
+    team_size,
+    teammate_calls,
+)
 from agents.kinds.classes import class_problem  # noqa: E402
+
+# a test class's count as an episode's kept checks write it (agents/kinds/classes.py ClassReport.checks)
+COUNT = re.compile(r"(\d+) of (\d+) tests passed")
 
 
 def main() -> None:
@@ -96,26 +107,31 @@ def training_trend(db_path: str, run: int, chunks: int) -> None:
         if not params.get("temperature"):  # the gate's greedy episodes
             continue
         problem = class_problem(row["source_id"])
-        outcome = {c["name"]: (int(c["passed"]), 1) for c in json.loads(row["checks"] or "[]")}
-        passing = passing_methods(problem, outcome)
+        counts = {c["name"]: COUNT.match(c["message"]) for c in json.loads(row["checks"] or "[]")}
+        outcome = {name: (int(m[1]), int(m[2])) for name, m in counts.items() if m}
+        shares, passing = method_shares(problem, outcome), passing_methods(problem, outcome)
         calls = teammate_calls(problem, params["dealt"], row["final_output"] or "")
-        tallies.append(
-            (len(calls), sum(calls.values()), sum(c and m in passing for m, c in calls.items()))
-        )
+        tallies.append((
+            len(calls), sum(calls.values()), sum(c and m in passing for m, c in calls.items()),
+            sum(shares.get(m, 0.0) for m, c in calls.items() if c),
+        ))  # fmt: skip
     if not tallies:
         print(f"run {run}: no sampled team episodes of classes in {db_path}")
         return
     size = -(-len(tallies) // max(1, chunks))
     parts = [tallies[i : i + size] for i in range(0, len(tallies), size)]
     print(f"run {run}: {len(tallies)} sampled team episodes in {len(parts)} parts, in play order")
-    sums = [tuple(map(sum, zip(*part, strict=True))) for part in parts]  # implied, called, passing
-    for i, (part, (implied, called, passing)) in enumerate(zip(parts, sums, strict=True), 1):
-        share = called / implied if implied else 0.0
+    # implied, called, passing, credit
+    sums = [tuple(map(sum, zip(*part, strict=True))) for part in parts]
+    for i, (part, (implied, called, passing, credit)) in enumerate(
+        zip(parts, sums, strict=True), 1
+    ):
+        share, paid = (called / implied, credit / implied) if implied else (0.0, 0.0)
         print(
             f"part {i} ({len(part)} episodes): {implied} implied calls, {called} written "
-            f"({share:.1%}), {passing} of them passing"
+            f"({share:.1%}), {passing} of them passing; coordination credit {paid:.3f}"
         )
-    table = [[called, implied - called] for implied, called, _ in (sums[0], sums[-1])]
+    table = [[called, implied - called] for implied, called, *_ in (sums[0], sums[-1])]
     print(f"written, first part against last: Fisher's exact p = {fisher_exact(table).pvalue:.3g}")
 
 

@@ -272,5 +272,6 @@ def test_the_call_trend_counts_a_training_runs_sampled_team_episodes(tmp_path, c
     bench.training_trend(str(db_path), run, 2)
     out = capsys.readouterr().out
     assert "4 sampled team episodes in 2 parts" in out
-    assert out.count("(2 episodes): 2 implied calls, 2 written (100.0%), 2 of them passing") == 2
+    written = "(2 episodes): 2 implied calls, 2 written (100.0%), 2 of them passing; coordination "
+    assert out.count(written + "credit 1.000") == 2
     assert "Fisher's exact p = 1" in out
