@@ -6,8 +6,9 @@ calls, and how many of those pass their test class: the class reward's coordinat
 
 With `--db DB --run N` it counts the same over a class training run's sampled episodes instead,
 in `--chunks` parts in the order they were played, with Fisher's exact test of the first part's
-share of implied calls written against the last's: whether training moved the team to call its
-teammates; and each part's coordination credit as the class reward pays it (each written call
+share of implied calls written against the last's, on the classes both played (a pass over the
+train split is 16 steps: two parts of a 32-step run play the same classes): whether training
+moved the team to call its teammates; and each part's coordination credit as the class reward pays it (each written call
 by the share of its method's tests that pass, over the implied calls), whatever reward the run
 was trained on.
 
@@ -83,9 +84,7 @@ def main() -> None:
 
 def training_trend(db_path: str, run: int, chunks: int) -> None:
     """Implied teammate calls written (and passing) in a training run's sampled team episodes,
-    in `chunks` parts in the order played; Fisher's exact test, first part against the last."""
-    from scipy.stats import fisher_exact
-
+    in `chunks` parts in the order played (`print_trend`)."""
     from store import open_db
 
     with open_db(db_path) as db:
@@ -112,27 +111,50 @@ def training_trend(db_path: str, run: int, chunks: int) -> None:
         shares, passing = method_shares(problem, outcome), passing_methods(problem, outcome)
         calls = teammate_calls(problem, params["dealt"], row["final_output"] or "")
         tallies.append((
-            len(calls), sum(calls.values()), sum(c and m in passing for m, c in calls.items()),
+            row["source_id"], len(calls), sum(calls.values()),
+            sum(c and m in passing for m, c in calls.items()),
             sum(shares.get(m, 0.0) for m, c in calls.items() if c),
         ))  # fmt: skip
     if not tallies:
         print(f"run {run}: no sampled team episodes of classes in {db_path}")
         return
     size = -(-len(tallies) // max(1, chunks))
-    parts = [tallies[i : i + size] for i in range(0, len(tallies), size)]
-    print(f"run {run}: {len(tallies)} sampled team episodes in {len(parts)} parts, in play order")
-    # implied, called, passing, credit
-    sums = [tuple(map(sum, zip(*part, strict=True))) for part in parts]
-    for i, (part, (implied, called, passing, credit)) in enumerate(
-        zip(parts, sums, strict=True), 1
-    ):
+    print_trend(run, [tallies[i : i + size] for i in range(0, len(tallies), size)])
+
+
+def print_trend(run: int, parts: list[list[tuple]]) -> None:
+    """Each part's tallies (class, implied, written, passing, credit), and Fisher's exact test of
+    the share written, first part against last, on the classes both parts played (parts of
+    different classes would compare the classes, not the training)."""
+    from scipy.stats import fisher_exact
+
+    print(
+        f"run {run}: {sum(map(len, parts))} sampled team episodes in {len(parts)} parts, in play order"
+    )
+    for i, part in enumerate(parts, 1):
+        implied, called, passing, credit = (sum(t[k] for t in part) for k in (1, 2, 3, 4))
         share, paid = (called / implied, credit / implied) if implied else (0.0, 0.0)
         print(
             f"part {i} ({len(part)} episodes): {implied} implied calls, {called} written "
             f"({share:.1%}), {passing} of them passing; coordination credit {paid:.3f}"
         )
-    table = [[called, implied - called] for implied, called, *_ in (sums[0], sums[-1])]
-    print(f"written, first part against last: Fisher's exact p = {fisher_exact(table).pvalue:.3g}")
+    common = {t[0] for t in parts[0]} & {t[0] for t in parts[-1]}
+    if not common:
+        print("the first and last parts played no class in common: no test (ask for fewer parts)")
+        return
+    table = [
+        [
+            sum(t[2] for t in part if t[0] in common),
+            sum(t[1] - t[2] for t in part if t[0] in common),
+        ]
+        for part in (parts[0], parts[-1])
+    ]
+    p = fisher_exact(table).pvalue
+    print(
+        f"written, first part against last on the {len(common)} classes both played: "
+        f"{table[0][0]} of {sum(table[0])} against {table[1][0]} of {sum(table[1])}, "
+        f"Fisher's exact p = {p:.3g}"
+    )
 
 
 if __name__ == "__main__":
