@@ -8,12 +8,12 @@ With `--db DB --run N` it counts the same over a class training run's sampled ep
 in `--chunks` parts in the order they were played, with Fisher's exact test of the first part's
 share of implied calls written against the last's, on the classes both played (a pass over the
 train split is 16 steps: two parts of a 32-step run play the same classes): whether training
-moved the team to call its teammates; and each part's coordination credit as the class reward pays it (each written call
-by the share of its method's tests that pass, over the implied calls), whatever reward the run
-was trained on.
+moved the team to call its teammates; and each part's coordination credit as the class reward
+pays it (each written call by the share of its method's tests that pass, over the implied
+calls), whatever reward the run was trained on.
 
 Usage: python bench/teammate_calls.py EVAL_FOLDER
-       python bench/teammate_calls.py --db TEAM.db --run 3 --chunks 4
+       python bench/teammate_calls.py --db TEAM.db --run 3 --chunks 2
 """
 
 from __future__ import annotations
