@@ -35,7 +35,7 @@ from agents.kinds.class_team import (  # noqa: E402
 )
 from agents.kinds.classes import class_problem  # noqa: E402
 
-# a test class's count as an episode's kept checks write it (agents/kinds/classes.py ClassReport.checks)
+# a test class's count as an episode's kept checks write it (ClassReport.checks)
 COUNT = re.compile(r"(\d+) of (\d+) tests passed")
 
 
