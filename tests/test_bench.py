@@ -275,3 +275,17 @@ def test_the_call_trend_counts_a_training_runs_sampled_team_episodes(tmp_path, c
     written = "(2 episodes): 2 implied calls, 2 written (100.0%), 2 of them passing; coordination "
     assert out.count(written + "credit 1.000") == 2
     assert "Fisher's exact p = 1" in out
+
+
+def test_the_call_trend_tests_only_the_classes_both_parts_played(capsys):
+    """Parts of different classes are not compared (that would compare the classes); parts that
+    share classes are compared on those alone."""
+    bench = bench_module("teammate_calls")
+    a, b = ("ClassEval_0", 4, 0, 0, 0.0), ("ClassEval_1", 4, 4, 1, 2.0)
+    bench.print_trend(7, [[a], [b]])
+    out = capsys.readouterr().out
+    assert "played no class in common: no test" in out and "Fisher" not in out
+    bench.print_trend(7, [[a, b], [a, b, ("ClassEval_2", 4, 4, 0, 0.0)]])
+    out = capsys.readouterr().out
+    assert "on the 2 classes both played: 4 of 8 against 4 of 8, Fisher's exact p = 1" in out
+    assert "part 2 (3 episodes): 12 implied calls, 8 written (66.7%), 1 of them passing" in out
