@@ -29,6 +29,7 @@ from agents.kinds.classes import (
     merge,
     method_nodes,
     opening,
+    passed_in_full,
 )
 from agents.team.graph import GREEDY, Settled, TeamSettings
 
@@ -545,19 +546,22 @@ def teammate_calls(problem: ClassProblem, dealt: list[list[str]], program: str) 
     return found
 
 
+def _method_counts(problem: ClassProblem, test_classes: dict):
+    """(method, passed, total) for each test class of one method of its own (`test_classes`:
+    name -> (passed, total); a test class of several methods together names none)."""
+    for name, (passed, total) in test_classes.items():
+        if problem.test_classes.get(name):
+            yield problem.test_classes[name], passed, total
+
+
 def method_shares(problem: ClassProblem, test_classes: dict) -> dict[str, float]:
-    """Each method's share of its test class's tests that passed (`test_classes`: name ->
-    (passed, total)); a method with no test class of its own is missing."""
-    return {
-        problem.test_classes[name]: p / t
-        for name, (p, t) in test_classes.items()
-        if t > 0 and problem.test_classes.get(name)
-    }
+    """Each method's share of its test class's tests that passed."""
+    return {m: p / t for m, p, t in _method_counts(problem, test_classes) if t > 0}
 
 
 def passing_methods(problem: ClassProblem, test_classes: dict) -> set[str]:
-    """The methods whose own test class passed in full."""
-    return {m for m, share in method_shares(problem, test_classes).items() if share == 1.0}
+    """The methods whose own test class passed in full (`passed_in_full`)."""
+    return {m for m, p, t in _method_counts(problem, test_classes) if passed_in_full(p, t)}
 
 
 def class_reward(
