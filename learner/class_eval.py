@@ -87,8 +87,10 @@ def run_class_eval(
     out.mkdir(parents=True, exist_ok=True)
     path = out / "episodes.jsonl"
     problems = class_eval_problems(split, fold, limit)
-    settings = (samples, agents, turns, temperature)
-    jobs = _jobs(problems, shapes, variants, settings, _done(path))
+    jobs = _jobs(
+        problems, shapes, variants, _done(path),
+        samples=samples, agents=agents, turns=turns, temperature=temperature,
+    )  # fmt: skip
     bar = None
     if progress:
         from tqdm import tqdm
@@ -132,10 +134,11 @@ def run_class_eval(
     return results
 
 
-def _jobs(problems, shapes, variants, settings: tuple, done: set) -> list[tuple]:
-    """(class, shape, variant, sample) of every episode the folder lacks; `settings`: samples,
-    team size, turns and temperature."""
-    samples, agents, turns, temperature = settings
+def _jobs(
+    problems, shapes, variants, done: set, *, samples: int, agents: int, turns: int,
+    temperature: float,
+) -> list[tuple]:  # fmt: skip
+    """(class, shape, variant, sample) of every episode the folder (`done`) lacks."""
     return [
         (problem, shape, variant, sample)
         for problem in problems
