@@ -293,7 +293,7 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
     from agents.kinds.class_team import CLASS_MAX_TOKENS
     from agents.serving.policy import PolicyError
     from agents.team.roles import SHAPES
-    from learner.class_eval import run_class_eval
+    from learner.class_eval import run_class_eval, trained_on_held_out
     from learner.config import EvalConfig
     from learner.evaluate import check_held_out, load_variant_adapters, parse_variant
 
@@ -302,7 +302,10 @@ def class_eval(args: argparse.Namespace, command: str) -> int:
     temperature = EvalConfig.temperature if args.temperature is None else args.temperature
     try:
         variants = dict(parse_variant(t) for t in args.adapters or [])
-        check_held_out(variants, args.split or "heldout", args.fold, args.db)
+        check_held_out(
+            variants, args.split or "heldout", args.fold, args.db,
+            overlaps=lambda trained: trained_on_held_out(trained, args.fold),
+        )  # fmt: skip
         with contextlib.ExitStack() as stack:
             policy = episode_policy(args, stack)
             load_variant_adapters(policy, variants, args.db)

@@ -54,6 +54,15 @@ def class_eval_problems(split: str = "heldout", fold: str | None = None, limit: 
     return problems[:limit] if limit else problems
 
 
+def trained_on_held_out(trained: str | None, fold: str | None) -> bool:
+    """Whether the classes trained on under split `trained` (a fold, or None: the fixed split)
+    include any held out under `fold`: the fixed split's train classes are none of fold 1/4's or
+    2/4's held-out ones, for one."""
+    parts = class_splits(fold)
+    held_out = {p.task_id for p in parts["held_out"]}
+    return any(p.task_id in held_out for p in class_splits(trained)["train"])
+
+
 def _number(problem) -> int:
     return int(problem.task_id.rsplit("_", 1)[1]) if problem.task_id[-1].isdigit() else 0
 

@@ -60,7 +60,7 @@ from learner.coding_reward import defines_with_return, helper_alone_passes, pars
 from learner.config import BASE_VARIANT, SPLITS, WRITING_SETS, EvalConfig, EvalError
 from learner.episode import EpisodeSetup, play
 from learner.eval_stats import summarize
-from learner.registry import load_version, other_splits, split_label
+from learner.registry import load_version, split_label, trained_splits
 from learner.report import write_report
 from learner.rewards import Scored
 from store.paths import default_db_path
@@ -287,20 +287,27 @@ def variant_adapters(variants: dict[str, Sequence[str | None]]) -> set[str]:
 
 
 def check_held_out(
-    variants: dict, split: str, fold: str | None, db_path: str | Path | None
+    variants: dict,
+    split: str,
+    fold: str | None,
+    db_path: str | Path | None,
+    overlaps: Callable[[str | None], bool] = lambda other: True,
 ) -> None:
     """Refuse to evaluate on held-out problems a variant's adapter (or one it was trained from)
     was trained on: every registered `agentK-vN` must come from runs on the evaluation's split
-    (the fixed split, or the same fold)."""
+    (the fixed split, or the same fold), or from splits whose training problems `overlaps` says
+    miss this split's held-out ones (classes, where the sets are known; a HumanEval fold's always
+    meet the fixed split's)."""
     if SPLITS[split] != "held_out":
         return
     with store.open_db(db_path) as db:
         for name in sorted(variant_adapters(variants)):
             parsed = store.parse_adapter_name(name)
             try:
-                other = other_splits(db, *parsed, fold) if parsed else []
+                splits = trained_splits(db, *parsed) if parsed else set()
             except store.NotFound:
                 continue  # not registered: load_variant_adapters says so
+            other = sorted(split_label(s) for s in splits if s != fold and overlaps(s))
             if other:
                 raise EvalError(
                     f"{name} was trained on the training problems of {', '.join(other)}, "

@@ -870,3 +870,33 @@ def test_writing_time_per_word_against_single_counts_what_each_wrote():
     assert groups["single"]["metrics"]["word_time_vs_single"]["mean"] == pytest.approx(1.0)
     coding = summarize(records("single", [1]), EvalConfig(shapes=("single",), limit=1), 1)
     assert "word_time_vs_single" not in coding["groups"][0]["metrics"]
+
+
+def test_a_class_evaluation_refuses_a_team_only_where_its_training_classes_are_held_out(tmp_path):
+    """Classes are split by known sets: a team trained on the fixed split's classes (held out
+    0, 4, 8, ..., validation 1, 5, 9, ..., trained on the rest) may be evaluated on fold 1/4's
+    held-out classes and fold 2/4's (none of them trained on), never on fold 3/4's or 4/4's; a
+    HumanEval evaluation keeps refusing every other split."""
+    from learner.class_eval import trained_on_held_out
+    from learner.config import TrainArgs
+    from learner.evaluate import check_held_out
+
+    db = tmp_path / "coteam.db"
+    with store.open_db(db) as database:
+        run = store.start_training_run(database, "manual", config=TrainArgs(task="class").to_json())
+        store.finish_training_run(database, run)
+        store.register_adapter(database, 0, str(tmp_path / "v1"), training_run_id=run)
+    variants = {"t": ("agent1-v1",)}
+    for fold in ("1/4", "2/4"):
+        check_held_out(variants, "heldout", fold, db, lambda s, f=fold: trained_on_held_out(s, f))
+    for fold in ("3/4", "4/4", "1/2"):
+        with pytest.raises(EvalError, match=f"agent1-v1 was trained on .*fixed split.* {fold}"):
+            check_held_out(
+                variants, "heldout", fold, db, lambda s, f=fold: trained_on_held_out(s, f)
+            )
+    with pytest.raises(EvalError, match="agent1-v1 was trained on .*fixed split.* fold 2/4"):
+        check_held_out(variants, "heldout", "2/4", db)
+    out = tmp_path / "out"
+    assert main(["eval", "--task", "class", "--fold", "3/4", "--adapters", "t=agent1-v1",
+                 "--db", str(db), "--out", str(out)]) == 1  # fmt: skip
+    assert not out.exists()
