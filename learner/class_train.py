@@ -31,8 +31,16 @@ from agents.kinds.class_team import (
     class_reward,
     recombine_classes,
     run_class_episode,
+    team_size,
+    teammate_calls,
 )
-from agents.kinds.classes import ClassProblem, class_problem, class_splits, user_class_problem
+from agents.kinds.classes import (
+    ClassProblem,
+    class_problem,
+    class_splits,
+    deal,
+    user_class_problem,
+)
 from agents.team.graph import TeamSettings, judged_sampling
 from learner.config import CROSS_WORKERS
 from store.adapters import recorded_version
@@ -40,9 +48,20 @@ from store.adapters import recorded_version
 CLASS_WEIGHTS = ClassRewardWeights()  # the one class reward, for training, the gate and the CLI
 
 
-def class_training_problems(fold: str | None, limit: int | None) -> list[ClassProblem]:
-    """The class train split (agents/kinds/classes.py `class_splits`), the first `limit`."""
+def class_training_problems(
+    fold: str | None, limit: int | None, calls_for: int | None = None
+) -> list[ClassProblem]:
+    """The class train split (agents/kinds/classes.py `class_splits`), the first `limit`; with
+    `calls_for` (a team size), only the classes where a method dealt to one agent implies a call
+    to a method dealt to another (`teammate_calls` of no program: every such method, none
+    written)."""
     problems = class_splits(fold)["train"]
+    if calls_for:
+        problems = [
+            p
+            for p in problems
+            if teammate_calls(p, deal(p, team_size(p, "parallel", calls_for)), "")
+        ]
     return problems[:limit] if limit else problems
 
 

@@ -164,6 +164,14 @@ class TrainArgs:
         default=None, metadata=flag("cycle over the first N training tasks", shown="all")
     )
     fold: str | None = field(default=None, metadata=flag(FOLD_HELP, shown="the fixed split"))
+    with_calls: bool = field(
+        default=False,
+        metadata=flag(
+            "classes: train only on the classes whose methods, as dealt to the team, imply a call "
+            "to a teammate's method (a curriculum for calls between teammates)",
+            "with-calls",
+        ),
+    )
     start_from: str | None = field(
         default=None,
         metadata=flag(
@@ -236,6 +244,11 @@ class TrainArgs:
                 f"cross pairing scores G^agents = {c.group_size}^{self.agents} = "
                 f"{c.group_size**self.agents} joint actions a task, more than {MAX_CROSS_JOINT}: "
                 "use fewer agents, a smaller group, or aligned"
+            )
+        if self.with_calls and (self.task != "class" or self.agents < 2):
+            raise ValueError(
+                "--with-calls picks classes by the calls between teammates: a class team of 2 "
+                "to 4 agents only (--task class --agents 2)"
             )
         if self.task_limit is not None and self.task_limit < 1:
             raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")

@@ -94,9 +94,11 @@ class Cancelled(Exception):
 
 def training_tasks(args: TrainArgs) -> list:
     """The training split of the run's task set (agents/tasks.py; HumanEval's by `args.fold`;
-    the classes' train split for "class"), the first `task_limit`."""
+    the classes' train split for "class", those with a call between teammates with
+    `with_calls`), the first `task_limit`."""
     if args.task == "class":
-        return class_training_problems(args.fold, args.task_limit)
+        calls = args.agents if args.with_calls else None
+        return class_training_problems(args.fold, args.task_limit, calls)
     tasks = split_tasks(args.task, "train", args.fold)
     return tasks[: args.task_limit] if args.task_limit else tasks
 

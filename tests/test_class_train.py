@@ -117,6 +117,27 @@ def test_a_class_run_trains_on_the_class_train_split_and_its_versions_are_its_ow
         assert store.active_adapters(db, "coding") == {}
 
 
+def test_with_calls_trains_only_on_classes_where_a_method_implies_a_teammates_call():
+    """The curriculum: of the train split, the classes whose dealt methods imply a call across
+    agents (ClassEval_5's `interpret` calls `display`, dealt to the other agent), not those
+    whose implied calls stay within one agent's methods or that imply none."""
+    from agents.kinds.class_team import teammate_calls
+    from agents.kinds.classes import deal
+
+    args = TrainArgs(task="class", with_calls=True)
+    args.check()
+    picked = [p.task_id for p in training_tasks(args)]
+    everything = class_training_problems(None, None)
+    assert 0 < len(picked) < len(everything) and "ClassEval_5" in picked
+    assert picked == [
+        p.task_id for p in everything if teammate_calls(p, deal(p, 2), "")
+    ]  # fmt: skip
+    assert [p.task_id for p in training_tasks(replace(args, task_limit=3))] == picked[:3]
+    for wrong in (TrainArgs(with_calls=True), TrainArgs(task="class", agents=1, with_calls=True)):
+        with pytest.raises(ValueError, match="--with-calls .* class team of 2 to 4"):
+            wrong.check()
+
+
 def test_a_group_of_one_agent_is_the_single_shape_and_a_group_of_two_the_team(tmp_path):
     from learner.class_train import play_classes, trained_shape
 
