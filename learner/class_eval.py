@@ -120,12 +120,8 @@ def run_class_eval(
                 bar.update()
     if bar is not None:
         bar.close()
-    rows = _rows(path, problems, samples, turns, agents, temperature)
-    order = {s: i for i, s in enumerate(CLASS_SHAPES)}
-    labels = tuple(
-        sorted({r["shape"] for r in rows}, key=lambda x: ("@" in x, order[x.split("@")[0]], x))
-    )
-    results = summarize(rows, labels, agents) | {
+    rows = class_rows(path, problems, samples, turns, agents, temperature)
+    results = class_results(rows, agents) | {
         "command": command,
         "split": split,
         "fold": fold,
@@ -134,7 +130,6 @@ def run_class_eval(
         "temperature": temperature,
         "max_tokens": max_tokens,
         "turns": turns,
-        "variants": {r["shape"].split("@")[1]: r["adapters"] for r in rows if "@" in r["shape"]},
     }
     name = f"agents{agents}-samples{samples}" + (f"-t{temperature:g}" if samples > 1 else "")
     name += f"-turns{turns}" if turns > 1 else ""
@@ -161,7 +156,19 @@ def _jobs(
     ]  # fmt: skip
 
 
-def _rows(
+def class_results(rows: list[dict], agents: int) -> dict:
+    """The rows' figures and paired tests (`summarize`, every row name in the tables' order),
+    and each variant's adapters."""
+    order = {s: i for i, s in enumerate(CLASS_SHAPES)}
+    labels = tuple(
+        sorted({r["shape"] for r in rows}, key=lambda x: ("@" in x, order[x.split("@")[0]], x))
+    )
+    return summarize(rows, labels, agents) | {
+        "variants": {r["shape"].split("@")[1]: r["adapters"] for r in rows if "@" in r["shape"]},
+    }
+
+
+def class_rows(
     path: Path, problems, samples: int, turns: int, agents: int, temperature: float
 ) -> list[dict]:
     """Every row the folder holds for these classes and settings, named `shape@variant` (a run
