@@ -289,3 +289,46 @@ def test_the_call_trend_tests_only_the_classes_both_parts_played(capsys):
     out = capsys.readouterr().out
     assert "on the 2 classes both played: 4 of 8 against 4 of 8, Fisher's exact p = 1" in out
     assert "part 2 (3 episodes): 12 implied calls, 8 written (66.7%), 1 of them passing" in out
+
+
+def test_pooled_class_evaluations_pair_every_class_of_them_all(tmp_path):
+    """`bench/class_pool.py`: one evaluation pooled alone is its own report; two of different
+    classes are one report over both, with only the rows both have; the same class twice, or
+    folders run with other settings, are refused."""
+    from learner.class_eval import label
+
+    bench = bench_module("class_pool")
+    runs = BENCH.parent / "docs" / "runs" / "eval"
+    held_out = runs / "classes-cross-partial-2026-12-07"
+    own = json.loads((held_out / "results-agents2-samples1.json").read_text())
+    alone = bench.pooled([held_out], 2, 1, 0.0)
+    assert alone["figures"] == own["figures"] and alone["paired"] == own["paired"]
+    # the same shapes on other classes: 3 of all 64 that are not held out
+    other = tmp_path / "other"
+    other.mkdir()
+    rows = [json.loads(x) for x in (held_out / "episodes.jsonl").read_text().splitlines()]
+    everything = runs / "classes-untrained-all64-2026-12-05"
+    spare = [json.loads(x) for x in (everything / "episodes.jsonl").read_text().splitlines()]
+    picked = ["ClassEval_4", "ClassEval_5", "ClassEval_6"]
+    kept = [r for r in spare if r["task_id"] in picked]
+    (other / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (other / "results-agents2-samples1.json").write_text(
+        json.dumps(own | {"classes": picked, "command": "coteam eval B"})
+    )
+    both = bench.pooled([held_out, other], 2, 1, 0.0)
+    assert both["classes"] == own["classes"] + picked
+    assert set(both["figures"]) == {"single", "single_incremental", "parallel"}
+    single = [r for r in rows if r["task_id"] in own["classes"]] + kept
+    assert both["figures"]["single"]["classes"] == 19
+    assert both["figures"]["single"]["test_classes_passed"] == sum(
+        r["test_classes_passed"] for r in single if label(r) == "single"
+    )
+    assert both["paired"]["parallel"]["classes"] == 19
+    assert both["command"].endswith("; coteam eval B")
+    with pytest.raises(SystemExit, match="judges classes another folder judged"):
+        bench.pooled([held_out, held_out], 2, 1, 0.0)
+    (other / "results-agents2-samples1.json").write_text(
+        json.dumps(own | {"classes": picked, "max_tokens": 128})
+    )
+    with pytest.raises(SystemExit, match="different tokens per method"):
+        bench.pooled([held_out, other], 2, 1, 0.0)
