@@ -21,13 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agents.kinds.classes import class_problem  # noqa: E402
-from learner.class_eval import class_results, class_rows, report  # noqa: E402
+from learner.class_eval import class_results, class_rows, report, results_name  # noqa: E402
 
 
 def results_file(folder: Path, agents: int, samples: int, temperature: float) -> Path:
     """The results a `coteam eval --task class` with these settings wrote in `folder`."""
-    name = f"agents{agents}-samples{samples}" + (f"-t{temperature:g}" if samples > 1 else "")
-    path = folder / f"results-{name}.json"
+    path = folder / f"results-{results_name(agents, samples, temperature)}.json"
     if not path.is_file():
         sys.exit(f"{path} is missing: run that folder's `coteam eval --task class` first")
     return path

@@ -131,8 +131,7 @@ def run_class_eval(
         "max_tokens": max_tokens,
         "turns": turns,
     }
-    name = f"agents{agents}-samples{samples}" + (f"-t{temperature:g}" if samples > 1 else "")
-    name += f"-turns{turns}" if turns > 1 else ""
+    name = results_name(agents, samples, temperature, turns)
     (out / f"results-{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (out / f"report-{name}.md").write_text(report(results), encoding="utf-8")
     return results
@@ -154,6 +153,13 @@ def _jobs(
             turns, temperature,
         ) not in done
     ]  # fmt: skip
+
+
+def results_name(agents: int, samples: int, temperature: float, turns: int = 1) -> str:
+    """What an evaluation's results and report files are named after: its team size, answers
+    a class, their temperature and turns."""
+    name = f"agents{agents}-samples{samples}" + (f"-t{temperature:g}" if samples > 1 else "")
+    return name + (f"-turns{turns}" if turns > 1 else "")
 
 
 def class_results(rows: list[dict], agents: int) -> dict:
