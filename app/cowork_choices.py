@@ -57,6 +57,7 @@ CLASS_SHAPE_LABELS = {
     "single": "single agent, each method from the skeleton alone (baseline)",
     "single_incremental": "single agent, each method seeing those it wrote before (baseline)",
     "parallel": "parallel: the methods divided, all agents at once (what MAGRPO trains)",
+    "parallel_incremental": "parallel, each agent seeing the methods it wrote before",
     "sequential_pipeline": "sequential pipeline: each sees the methods of those before (baseline)",
     "one_round_discussion": "one-round discussion: drafts, then each revises its own (baseline)",
 }

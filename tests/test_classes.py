@@ -333,7 +333,8 @@ class Scripted:
 
 
 @pytest.mark.parametrize(
-    "shape", ["single", "single_incremental", "parallel", "sequential_pipeline"]
+    "shape",
+    ["single", "single_incremental", "parallel", "parallel_incremental", "sequential_pipeline"],
 )
 def test_every_shape_writes_every_method_from_the_same_opening(shape):
     problem = class_problem(4)
@@ -349,6 +350,13 @@ def test_every_shape_writes_every_method_from_the_same_opening(shape):
         assert seen == [False] + [True] * (len(problem.methods) - 1)
     elif shape == "sequential_pipeline":
         assert seen == [False] * 3 + [True] * 3  # agent 2 sees agent 1's methods
+    elif shape == "parallel_incremental":  # each agent its own earlier methods, not its mate's
+        assert sorted(seen) == [False] * 2 + [True] * 4
+        for request in policy.requests:
+            name = request.messages[-1]["content"].split("def ", 1)[1].split("(")[0]
+            [mine] = [d for d in episode.dealt if name in d]
+            shown = request.messages[1]["content"].partition("Methods already written")[2]
+            assert not any(f"def {m}(" in shown for m in problem.methods if m not in mine)
     else:
         assert not any(seen)  # decentralized: each agent sees the skeleton and its own ask
     size = 1 if shape.startswith("single") else 2

@@ -4,7 +4,8 @@ openings, merging and judge are in agents/kinds/classes.py).
 
 Shapes: `single` (one agent, each method from the skeleton alone), `single_incremental` (one
 agent, each method seeing the ones it wrote before: ClassEval's incremental strategy),
-`parallel` (the team: every agent at once, each writing its dealt methods),
+`parallel` (the team: every agent at once, each writing its dealt methods from the skeleton),
+`parallel_incremental` (the team, each agent seeing the methods it wrote before, its own only),
 `sequential_pipeline` (agent k also sees the methods of agents before it) and
 `one_round_discussion` (drafts, then each agent revises its methods seeing the team's drafts). Every shape begins
 each method's reply with the same opening, has the same budget per method and the same judge.
@@ -40,9 +41,12 @@ CLASS_SHAPES = (
     "single",
     "single_incremental",
     "parallel",
+    "parallel_incremental",
     "sequential_pipeline",
     "one_round_discussion",
 )
+# the shapes where an agent sees the methods it wrote before (its own: a local view)
+INCREMENTAL = ("single_incremental", "parallel_incremental")
 SYSTEM = (
     "You are a careful Python developer. You write one method of a class at a time, exactly as "
     "its docstring specifies, and you use the class's other methods and fields as the skeleton "
@@ -271,7 +275,7 @@ def _write_methods(
     verdict: ClassReport | None = None, merged: str = "",
 ) -> list[MethodStep]:  # fmt: skip
     """Agent `agent` writes its methods one after another (on a later turn, those whose tests
-    failed); what it sees besides the skeleton: its own earlier methods (single_incremental),
+    failed); what it sees besides the skeleton: its own earlier methods (`INCREMENTAL`),
     the agents' before it (sequential_pipeline), and on a later turn the merged class and the
     verdict on its methods."""
     from langgraph.config import get_stream_writer
@@ -286,7 +290,7 @@ def _write_methods(
     steps: list[MethodStep] = []
     for method in _failing(team, agent, verdict):
         seen = []
-        if team.shape == "single_incremental":
+        if team.shape in INCREMENTAL:
             seen = steps
         elif team.shape == "sequential_pipeline":
             seen = [s for s in before if s.turn == turn]
@@ -366,7 +370,7 @@ def recombine_classes(episodes: list[ClassEpisode], pick: tuple[int, ...]) -> Cl
 
 
 def class_graph(team: ClassTeam):
-    """The class team as a LangGraph graph. parallel, single, single_incremental: every agent
+    """The class team as a LangGraph graph. parallel, parallel_incremental and the single forms: every agent
     at once, each on its own view (START ─Send×n─▶ agent ─▶ merge); sequential_pipeline: agent
     0, then 1 seeing 0's methods, ... (START ─▶ agent_0 ─▶ agent_1 ─▶ … ─▶ merge). The merge
     node puts each method's latest version into the skeleton and judges the class; with more
