@@ -70,10 +70,12 @@ def class_validation_problems(fold: str | None, limit: int) -> list[ClassProblem
     return class_splits(fold)["validation"][:limit]
 
 
-def trained_shape(agents: int) -> str:
+def trained_shape(agents: int, incremental: bool = False) -> str:
     """The shape a run trains: the parallel team, or with one agent `single` (on classes, every
-    method from the skeleton alone: the class team's control, trained by GRPO)."""
-    return "single" if agents == 1 else "parallel"
+    method from the skeleton alone: the class team's control, trained by GRPO); `incremental`
+    (classes): each agent seeing the methods it wrote before (`parallel_incremental`,
+    `single_incremental`)."""
+    return ("single" if agents == 1 else "parallel") + ("_incremental" if incremental else "")
 
 
 def play_classes(
@@ -220,12 +222,19 @@ def class_problem_of(task: dict) -> ClassProblem:
 
 
 def class_paired_scores(
-    client, teams, problems: list[ClassProblem], db_path, settings, on_progress=None, turns=1
+    client,
+    teams,
+    problems: list[ClassProblem],
+    db_path,
+    settings,
+    on_progress=None,
+    turns=1,
+    incremental=False,
 ) -> tuple[list[list[float]], list[list[float]]]:
     """The gate on classes: both teams (candidate, serving) write every validation class, greedy
     (or `settings.samples` sampled answers, the same seeds for both teams); a class's figures
     are its answers' means: the joint reward and the share of its test classes passed, per team
-    ([candidate's, serving's] each)."""
+    ([candidate's, serving's] each). Both teams play the run's shape (`incremental`)."""
     k = settings.samples
     total, done, lock = 2 * len(problems), 0, threading.Lock()
 
@@ -235,7 +244,7 @@ def class_paired_scores(
         sampling = judged_sampling(k, settings.max_tokens, seed=0)
         agents = teams[team]
         played_by = TeamSettings(
-            trained_shape(len(agents)), len(agents), turns, agents, sampling
+            trained_shape(len(agents), incremental), len(agents), turns, agents, sampling
         ).for_task(index)
         played = play_classes(problems[index], client, k, played_by, db_path=db_path)
         with lock:

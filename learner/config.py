@@ -172,6 +172,13 @@ class TrainArgs:
             "with-calls",
         ),
     )
+    incremental: bool = field(
+        default=False,
+        metadata=flag(
+            "classes: each agent sees the methods it wrote before, its own only (the shape "
+            "parallel_incremental; one agent: single_incremental), in training and in the gate"
+        ),
+    )
     start_from: str | None = field(
         default=None,
         metadata=flag(
@@ -250,6 +257,8 @@ class TrainArgs:
                 "--with-calls picks classes by the calls between teammates: a class team of 2 "
                 "to 4 agents only (--task class --agents 2)"
             )
+        if self.incremental and self.task != "class":
+            raise ValueError("--incremental is a class team's view: --task class only")
         if self.task_limit is not None and self.task_limit < 1:
             raise ValueError(f"task_limit must be at least 1, not {self.task_limit}")
         self.fold = checked_fold(self.fold, self.task)

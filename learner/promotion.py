@@ -263,10 +263,12 @@ def gate(
     on_progress: Callable[[int, int], None] | None = None,
     turns: int = 1,
     fold: str | None = None,
+    incremental: bool = False,
 ) -> GateResult:
     """Score the candidate versions against the serving team on the validation split (HumanEval's
     or the classes' by the run's `fold`), in episodes of up to `turns` turns, with the reward the
-    run trained on (ratings included; a class team's: `class_reward`)."""
+    run trained on (ratings included; a class team's: `class_reward`, both teams in the run's
+    shape: `incremental`)."""
     settings = settings or GateSettings()
     settings.check()
     weights = weights or RewardWeights()
@@ -285,7 +287,14 @@ def gate(
 
         problems = class_validation_problems(fold, settings.tasks)
         rewards, passed = class_paired_scores(
-            client, (candidate, active), problems, db_path, settings, on_progress, turns
+            client,
+            (candidate, active),
+            problems,
+            db_path,
+            settings,
+            on_progress,
+            turns,
+            incremental,
         )
         return GateResult(
             candidate_rewards=rewards[0], active_rewards=rewards[1],

@@ -110,7 +110,7 @@ def execute_run(
             result = gate(
                 client, candidates, args.task, args.agents, db_path, args.gate, args.weights,
                 args.budget, on_progress=lambda done, total: _gate_progress(db_path, run_id, done, total),
-                turns=args.turns, fold=args.fold,
+                turns=args.turns, fold=args.fold, incremental=args.incremental,
             )  # fmt: skip
             if _state(db_path, run_id) == "cancelled":  # during the gate: promote nothing
                 with store.open_db(db_path) as db:

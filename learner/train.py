@@ -439,7 +439,8 @@ def rollout_group(
     are the rewards (aligned) or, crossed, the mean reward of the G^agents recombined joint
     actions each sample is part of (`cross_group`). A class is played by the class team
     (learner/class_train.py)."""
-    team = TeamSettings(trained_shape(args.agents), args.agents, args.turns, names, sampling)
+    shape = trained_shape(args.agents, args.incremental)
+    team = TeamSettings(shape, args.agents, args.turns, names, sampling)
     if args.task == "class":
         played = play_classes(task, client, args.magrpo.group_size, team, db_path=db_path)
         rewards = torch.tensor([scored["reward"] for _, scored in played])

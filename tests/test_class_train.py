@@ -139,18 +139,29 @@ def test_with_calls_trains_only_on_classes_where_a_method_implies_a_teammates_ca
 
 
 def test_a_group_of_one_agent_is_the_single_shape_and_a_group_of_two_the_team(tmp_path):
+    """With --incremental, each of them seeing the methods it wrote before (a class only)."""
     from learner.class_train import play_classes, trained_shape
 
     problem = class_problem(4)
     db_path = tmp_path / "coteam.db"
-    for agents, shape in ((1, "class_single"), (2, "class_parallel")):
-        team = TeamSettings(trained_shape(agents), agents, sampling=Sampling(logprobs=True))
+    for agents, incremental, shape in (
+        (1, False, "class_single"),
+        (2, False, "class_parallel"),
+        (1, True, "class_single_incremental"),
+        (2, True, "class_parallel_incremental"),
+    ):
+        TrainArgs(task="class", agents=agents, incremental=incremental).check()
+        team = TeamSettings(
+            trained_shape(agents, incremental), agents, sampling=Sampling(logprobs=True)
+        )
         played = play_classes(problem, WithTokens(problem), 2, team, db_path=db_path)
         assert [len(e.dealt) for e, _ in played] == [agents, agents]
         assert all(s["reward"] > 0.8 for _, s in played)  # the canonical class, in full
         with store.open_db(db_path) as db:
             rows = [e for e in store.list_episodes(db, limit=10) if e["shape"] == shape]
         assert len(rows) == 2 and len({r["group_id"] for r in rows}) == 1
+    with pytest.raises(ValueError, match="--incremental is a class team's view"):
+        TrainArgs(incremental=True).check()
 
 
 class Broken(WithTokens):
