@@ -175,14 +175,16 @@ class Broken(WithTokens):
         return out
 
 
-def test_crossing_a_class_credits_each_agent_for_its_own_methods():
+@pytest.mark.parametrize("shape", ["parallel", "parallel_incremental"])
+def test_crossing_a_class_credits_each_agent_for_its_own_methods(shape):
     """Sample 0 is the canonical class; in sample 1 agent 2's methods are broken. Aligned, agent
     1's sample 1 would share the blame; crossed, the mixes are judged as classes (agent 1's
     methods of sample 1 with agent 2's of sample 0 pass whole), so agent 1's samples return the
-    same and only agent 2's differ."""
+    same and only agent 2's differ. Either team shape: an agent's view is its own."""
     problem = class_problem(4)
-    good = run_class_episode(problem, WithTokens(problem), TWO)
-    bad = run_class_episode(problem, Broken(problem), TWO)
+    team = replace(TWO, shape=shape)
+    good = run_class_episode(problem, WithTokens(problem), team)
+    bad = run_class_episode(problem, Broken(problem), team)
     assert good.verdict.all_passed and not bad.verdict.all_passed
     mixed = recombine_classes([good, bad], (1, 0))
     assert mixed.verdict.all_passed and mixed.merged.program == good.merged.program

@@ -356,10 +356,11 @@ def merge_and_judge(
 
 def recombine_classes(episodes: list[ClassEpisode], pick: tuple[int, ...]) -> ClassEpisode:
     """The class that agent i's methods of episode pick[i] make together (cross pairing, one
-    turn of the `parallel` team: an agent's methods are written from the skeleton alone, so any
-    agent's sample can go with any teammate's), merged and judged as an episode's are."""
+    turn of the `parallel` team: an agent's methods are written from the skeleton alone, or
+    with its own earlier ones in `parallel_incremental`, so any agent's sample can go with any
+    teammate's), merged and judged as an episode's are."""
     first = episodes[pick[0]]
-    if first.shape != "parallel" or first.turns != 1:
+    if first.shape not in ("parallel", "parallel_incremental") or first.turns != 1:
         raise ClassProblemError("only one turn of the parallel class team recombines")
     steps = [s for agent, g in enumerate(pick) for s in episodes[g].steps if s.agent == agent]
     merged, verdict = merge_and_judge(first.problem, first.dealt, steps)
