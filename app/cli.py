@@ -12,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agents.judge.testrun import TEST_TIMEOUT_S  # noqa: E402
+from agents.kinds.class_team import CLASS_SHAPES  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.serving.policy import PolicyError  # noqa: E402
 from agents.serving.server import ServerError  # noqa: E402
@@ -210,9 +211,10 @@ def _add_episode_commands(sub: argparse._SubParsersAction, default_model: str) -
     )
     p.add_argument(
         "--shape",
-        choices=dict.fromkeys([*SHAPES, "single_incremental"]),
+        choices=dict.fromkeys([*SHAPES, *CLASS_SHAPES]),
         help="team shape (default parallel; for a class, the shape and size Co-code serves by "
-        "the shipped card's held-out figures; single_incremental: class only)",
+        "the shipped card's held-out figures; single_incremental, parallel_incremental: class "
+        "only)",
     )
     p.add_argument("--agents", type=int, choices=range(1, 5), help="team size (default 2)")
     p.add_argument("--turns", type=int, default=1, help="turn limit (default 1)")

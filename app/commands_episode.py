@@ -116,7 +116,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
     from agents.serving.server import ServerError
     from agents.tasks import find_task
     from agents.team.graph import TeamSettings
-    from agents.team.roles import load_prompts
+    from agents.team.roles import SHAPES, load_prompts
     from app.live import verdict_words
     from learner.episode import EpisodeSetup, ScoringError, play
 
@@ -142,6 +142,8 @@ def cmd_episode(args: argparse.Namespace) -> int:
             if not agent.isdigit() or int(agent) < 1 or not name:
                 raise ValueError(f"--adapter {item!r}: expected AGENT=NAME, e.g. 1=agent1-v3")
             adapters[int(agent) - 1] = name
+        if args.shape not in SHAPES:
+            raise ValueError(f"--shape {args.shape} is a class team's shape: use --task class")
         sampling = asked_sampling(args, work_of(task).max_tokens)
         prompts = load_prompts(args.roles_file) if args.roles_file else None
         with contextlib.ExitStack() as stack:

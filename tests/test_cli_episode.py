@@ -60,3 +60,5 @@ def test_a_bad_task_is_a_clean_error_before_any_server_starts(tmp_path, capsys):
     tests.write_text("assert f(1) == 1\n")
     code = main(["episode", "--task", "writing", "--prompt", "Hi", "--tests-file", str(tests)])
     assert code == 1 and "tests go with" in capsys.readouterr().err
+    code = main(["episode", "--task", "coding", "--problem", "0", "--shape", "single_incremental"])
+    assert code == 1 and "a class team's shape: use --task class" in capsys.readouterr().err
