@@ -320,9 +320,9 @@ def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, int, str]:
     """The shape and team size the page and `coteam episode --task class` serve by default for
     a kind of work ("coding": one function, "class"), and why, in words with the figures. A team
     is served only where the card's held-out figures show it passes at least as much as one
-    agent (the same start, budget and judge; one agent's better form), at the size those
-    figures are for; else one agent in that form; without such figures, one agent. Co-write
-    serves its team of 2 (no held-out comparison decides it yet)."""
+    agent (the same start, budget and judge; one agent's better form), in the shape and at the
+    size those figures are for; else one agent in that form; without such figures, one agent.
+    Co-write serves its team of 2 (no held-out comparison decides it yet)."""
     if kind not in ("coding", "class"):
         return "parallel", 2, ""
     try:
@@ -360,4 +360,4 @@ def served_shape(kind: str, card_path=SHIPPED / CARD) -> tuple[str, int, str]:
         f"Served by default: **{name}**: held out it passes {team:.3f} of the {unit}, one "
         f"agent {single:.3f}{more}, on {where}."
     )
-    return "parallel", size, why
+    return figures["team"].get("shape", "parallel"), size, why

@@ -656,10 +656,12 @@ def test_co_code_serves_one_agent_unless_held_out_figures_show_the_team_is_as_go
     for team, single, served, agents in (
         (0.7, 0.6, "parallel", 4),
         (0.6, 0.6, "parallel", 2),
+        (0.6, 0.6, "parallel_incremental", 2),  # the shape the figures are for
         (0.5, 0.6, "single", 1),
     ):
+        figured = served if served != "single" else "parallel"
         held_out = figures | {
-            "team": {"shape": "parallel", "agents": max(agents, 2), "pass_at_1": team}
+            "team": {"shape": figured, "agents": max(agents, 2), "pass_at_1": team}
         }
         held_out["single"] = {"pass_at_1": single}
         card.write_text(json.dumps({"held_out": {"coding": held_out}}))
