@@ -371,13 +371,14 @@ def recombine_classes(episodes: list[ClassEpisode], pick: tuple[int, ...]) -> Cl
 
 
 def class_graph(team: ClassTeam):
-    """The class team as a LangGraph graph. parallel, parallel_incremental and the single forms: every agent
-    at once, each on its own view (START ─Send×n─▶ agent ─▶ merge); sequential_pipeline: agent
-    0, then 1 seeing 0's methods, ... (START ─▶ agent_0 ─▶ agent_1 ─▶ … ─▶ merge). The merge
-    node puts each method's latest version into the skeleton and judges the class; with more
-    turns, the agents whose methods failed write them again (─▶ agent …) until the class passes
-    or the turns are spent. one_round_discussion: every agent drafts its methods, then revises
-    every one of them seeing the team's drafts merged (─▶ agent ─▶ merge ─▶ END), one turn."""
+    """The class team as a LangGraph graph. parallel, parallel_incremental and the single forms:
+    every agent at once, each on its own view (START ─Send×n─▶ agent ─▶ merge);
+    sequential_pipeline: agent 0, then 1 seeing 0's methods, ... (START ─▶ agent_0 ─▶ agent_1 ─▶
+    … ─▶ merge). The merge node puts each method's latest version into the skeleton and judges
+    the class; with more turns, the agents whose methods failed write them again (─▶ agent …)
+    until the class passes or the turns are spent. one_round_discussion: every agent drafts its
+    methods, then revises every one of them seeing the team's drafts merged (─▶ agent ─▶ merge
+    ─▶ END), one turn."""
     from functools import partial
 
     from langgraph.graph import END, START, StateGraph
