@@ -12,11 +12,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agents.judge.testrun import TEST_TIMEOUT_S  # noqa: E402
-from agents.kinds.class_team import CLASS_SHAPES  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, PRESETS, ModelError  # noqa: E402
 from agents.serving.policy import PolicyError  # noqa: E402
 from agents.serving.server import ServerError  # noqa: E402
-from agents.team.roles import MAX_AGENTS, SHAPES  # noqa: E402
+from agents.team.roles import CLASS_SHAPES, MAX_AGENTS, SHAPES  # noqa: E402
 from app.commands_episode import cmd_episode, cmd_eval  # noqa: E402
 from app.commands_serve import cmd_check, cmd_doctor, cmd_export, cmd_serve, cmd_setup  # noqa: E402
 from app.commands_train import cmd_adapters, cmd_learner, cmd_train  # noqa: E402

@@ -20,11 +20,10 @@ from dataclasses import replace
 
 import gradio as gr
 
-from agents.kinds.class_team import CLASS_SHAPES
 from agents.tasks import LONGFORM_SECTIONS
 from agents.team.graph import Sampling, TeamSettings
 from agents.team.outline import plan_outline
-from agents.team.roles import MAX_TURNS, PROMPTS, SHAPES, size_from_setting
+from agents.team.roles import CLASS_SHAPES, MAX_TURNS, PROMPTS, SHAPES, size_from_setting
 from app.context import AppContext
 from app.cowork_choices import (
     AB,

@@ -12,8 +12,7 @@ import textwrap
 import gradio as gr
 
 import store
-from agents.kinds.class_team import CLASS_SHAPES
-from agents.team.roles import SHAPES
+from agents.team.roles import CLASS_SHAPES, SHAPES
 from app.context import AppContext
 from app.cowork_results import display_code, reward_markdown
 from app.live import EPISODE_STATES, PASSED_MEANS, verdict_words

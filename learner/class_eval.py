@@ -30,14 +30,10 @@ import json
 import statistics
 from pathlib import Path
 
-from agents.kinds.class_team import (
-    CLASS_SHAPES,
-    SINGLE_FORMS,
-    run_class_episode,
-    team_size,
-)
+from agents.kinds.class_team import SINGLE_FORMS, run_class_episode, team_size
 from agents.kinds.classes import class_splits, passed_in_full
 from agents.team.graph import TeamSettings, judged_sampling
+from agents.team.roles import CLASS_SHAPES
 from learner.config import BASE_VARIANT, checked_temperature
 
 SPLITS = {"heldout": "held_out", "train": "train", "all": None}

@@ -33,18 +33,11 @@ from agents.kinds.classes import (
     passed_in_full,
 )
 from agents.team.graph import GREEDY, Settled, TeamSettings
+from agents.team.roles import CLASS_SHAPES
 
 # -- the class team ------------------------------------------------------------------------------
 
 SINGLE_FORMS = ("single", "single_incremental")  # one agent writes every method
-CLASS_SHAPES = (
-    "single",
-    "single_incremental",
-    "parallel",
-    "parallel_incremental",
-    "sequential_pipeline",
-    "one_round_discussion",
-)
 # the shapes where an agent sees the methods it wrote before (its own: a local view)
 INCREMENTAL = ("single_incremental", "parallel_incremental")
 SYSTEM = (

@@ -49,6 +49,16 @@ SHAPES = (
 # whole problem posed for `aux`. A named option, to compare with; on writing tasks it is
 # `parallel`. No figure that claims cooperation is measured with it.
 SCAFFOLDED = "scaffolded"
+# a class team's shapes (agents/kinds/class_team.py plays them; here, beside the others, so the
+# command line lists them without importing the class team's graph)
+CLASS_SHAPES = (
+    "single",
+    "single_incremental",
+    "parallel",
+    "parallel_incremental",
+    "sequential_pipeline",
+    "one_round_discussion",
+)
 MAX_AGENTS = 4
 MAX_TURNS = 4  # the most turns the Co-code/Co-write pages and a training run give an episode
 
