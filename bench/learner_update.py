@@ -24,19 +24,32 @@ Rollouts (vLLM) are not part of it: see `coteam train`'s step_s.
 (random LoRA weights, a 300-token prompt, completions of 160, 72, 31 and 100 tokens), in fp32
 and in bf16.
 
+`--view class` times instead the update as training runs it (`AgentPolicies.update`) on one
+agent's samples of a class step in the incremental view (`coteam train --task class
+--incremental`: each method's prompt the class's skeleton, then the agent's own earlier
+methods of that sample, then the ask; `--tasks` training classes drawn with a fixed seed, the
+agent's dealt methods, G samples each, random completions of the --lengths), its batches formed
+two ways: the samples with the same prompt packed, the rest per sample in micro-batches (the
+update until 2026-12-07), and the samples that share a long prompt prefix packed on it
+(`prefix_groups`, today's; `--group-tokens` bounds a packed row, several bounds timed if
+listed). The same loss either way; the ratios are the speed-ups.
+
 `--processes N` times instead the update as training runs it (`AgentPolicies.update`) under
 `torchrun` with 1 and N processes (data parallel: each rank a share of the batches, gradients
 summed by torch.distributed) and prints the ratio.
 
 Usage: python bench/learner_update.py [--model PRESET|FOLDER] [--tasks 2] [--group-size 4]
                                       [--max-tokens 192] [--lengths 1.0,0.45,0.3,0.2]
-                                      [--repeats 2] [--check | --processes N]
+                                      [--repeats 2] [--check | --processes N |
+                                       --view class [--group-tokens 3072]]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -50,7 +63,13 @@ import torch  # noqa: E402
 from agents.serving.models import DEFAULT_MODEL, provision_model  # noqa: E402
 from agents.tasks import split_tasks  # noqa: E402
 from learner.config import MAGRPOConfig  # noqa: E402
-from learner.magrpo import AgentPolicies, Sample, policy_loss, prompt_groups  # noqa: E402
+from learner.magrpo import (  # noqa: E402
+    GROUP_TOKENS,
+    AgentPolicies,
+    Sample,
+    policy_loss,
+    prefix_groups,
+)
 
 
 def per_sample_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):
@@ -126,7 +145,7 @@ def check(policies: AgentPolicies) -> None:
             alone = per_sample_logprobs(policies, 0, samples)
             forms = {
                 "padded": padded_logprobs(policies, 0, samples),
-                "packed": policies.group_logprobs(0, prompt, completions),
+                "packed": policies.group_logprobs(0, samples),
             }
         for name, logprobs in forms.items():
             worst = max(
@@ -158,6 +177,19 @@ def main() -> None:
         help="instead: time `AgentPolicies.update` under torchrun with 1 and this many "
         "processes (data parallel; gloo on CPU, NCCL on GPUs) and print the ratio",
     )
+    parser.add_argument(
+        "--view",
+        choices=("coding", "class"),
+        default="coding",
+        help="class: time instead the update on a class step's samples in the incremental view, "
+        "batched by the same prompt (before) and by a shared prefix (today)",
+    )
+    parser.add_argument(
+        "--group-tokens",
+        default=str(GROUP_TOKENS),
+        help="--view class: the packed row's bound (`prefix_groups`), a comma-separated list to "
+        "time several",
+    )
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.processes:
@@ -169,6 +201,8 @@ def main() -> None:
     policies = AgentPolicies(str(path), n_agents=1, config=MAGRPOConfig())
     if args.check:
         return check(policies)
+    if args.view == "class":
+        return compare_class_batches(args, policies, path)
     samples, advantages = step_samples(args, path)
     lengths = [len(s.completion_ids) for s in samples[: args.group_size]]
     prompt_tokens = sum(len(s.prompt_ids) for s in samples) // len(samples)
@@ -182,11 +216,7 @@ def main() -> None:
         "per-sample": per_sample_logprobs,
         "padded": padded_logprobs,
         "packed": lambda p, agent, s: [
-            lp
-            for group in _groups(s)
-            for lp in p.group_logprobs(
-                agent, group[0].prompt_ids, [x.completion_ids for x in group]
-            )
+            lp for group in _groups(s) for lp in p.group_logprobs(agent, group)
         ],
     }
     timings: dict[str, list[float]] = {name: [] for name in forms}
@@ -228,6 +258,78 @@ def step_samples(args: argparse.Namespace, path) -> tuple[list[Sample], torch.Te
             ids = torch.randint(0, 30000, (n,), generator=generator).tolist()
             samples.append(Sample(prompt, ids))
     return samples, torch.randn(len(samples), generator=generator)
+
+
+def class_samples(args: argparse.Namespace, path) -> tuple[list[Sample], torch.Tensor]:
+    """Agent 1's samples of a class step in the incremental view: for each of --tasks training
+    classes (a seeded draw, as a step's are) and each of G samples, its dealt methods one after
+    another, each prompt holding the sample's own earlier methods (openings, random tokens)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from agents.kinds.class_team import method_messages
+    from agents.kinds.classes import class_splits, deal
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    generator = torch.Generator().manual_seed(0)
+    fractions = [float(f) for f in args.lengths.split(",")]
+    samples = []
+    for problem in random.Random(0).sample(class_splits()["train"], args.tasks):
+        team = SimpleNamespace(problem=problem, dealt=deal(problem, 2))
+        for g in range(args.group_size):
+            n = max(1, round(args.max_tokens * fractions[g % len(fractions)]))
+            seen = []
+            for method in team.dealt[0]:
+                messages = method_messages(team, 0, method, seen)
+                prompt = tokenizer.apply_chat_template(
+                    messages, continue_final_message=True, tokenize=False
+                )
+                ids = torch.randint(0, 30000, (n,), generator=generator).tolist()
+                samples.append(Sample(tokenizer.encode(prompt, add_special_tokens=False), ids))
+                seen.append(SimpleNamespace(text=messages[-1]["content"] + tokenizer.decode(ids)))
+    return samples, torch.randn(len(samples), generator=generator)
+
+
+def compare_class_batches(args: argparse.Namespace, policies: AgentPolicies, path) -> None:
+    """`AgentPolicies.update` on a class step's samples, batched by the same prompt and by a
+    shared prefix, alternated --repeats times after a warm-up of each; the best of each."""
+    from unittest import mock
+
+    import learner.magrpo as magrpo
+
+    samples, advantages = class_samples(args, path)
+
+    def same_prompt(samples: list[Sample]) -> list[list[int]]:
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for i, s in enumerate(samples):
+            by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+        return list(by_prompt.values())
+
+    forms = {"same prompt": same_prompt}
+    for cap in (int(c) for c in args.group_tokens.split(",")):
+        forms[f"prefix, {cap}"] = functools.partial(magrpo.prefix_groups, group_tokens=cap)
+    for name, grouping in forms.items():
+        with mock.patch.object(magrpo, "prefix_groups", grouping):
+            batches = magrpo._batches(samples, policies.config.micro_batch)
+        packed = sum(len(ids) for ids, shared in batches if shared)
+        print(f"{name}: {len(batches)} passes, {packed} of {len(samples)} samples packed")
+    tokens = sum(len(s.prompt_ids) for s in samples) // len(samples)
+    print(f"{len(samples)} samples of one agent, prompt ~{tokens} tokens; {policies.device}")
+    timings: dict[str, list[float]] = {name: [] for name in forms}
+    for round_ in range(args.repeats + 1):
+        for name, grouping in forms.items():
+            with mock.patch.object(magrpo, "prefix_groups", grouping):
+                t0 = time.perf_counter()
+                policies.update(0, samples, advantages)
+                if round_:  # the first round warms up
+                    timings[name].append(time.perf_counter() - t0)
+    best = {name: min(times) for name, times in timings.items()}
+    for name, seconds in best.items():
+        print(
+            f"{name:16s} {seconds:7.2f} s per agent update  "
+            f"{best['same prompt'] / seconds:.2f}x same prompt"
+        )
 
 
 def ddp_worker(args: argparse.Namespace) -> None:
@@ -287,7 +389,7 @@ def compare_processes(args: argparse.Namespace) -> None:
 
 def _groups(samples: list[Sample]) -> list[list[Sample]]:
     """The samples that share a prompt, a list each, in first-seen order."""
-    return [[samples[i] for i in ids] for ids in prompt_groups(samples)]
+    return [[samples[i] for i in ids] for ids in prefix_groups(samples)]
 
 
 if __name__ == "__main__":

@@ -22,9 +22,11 @@ Options, off by default as in the MAGRPO authors' library:
 - a KL penalty to the base model (the k3 estimator, LoRA disabled for the reference):
     kl_t = exp(ref_t − logp_t) − (ref_t − logp_t) − 1
 
-Less work per step, exactly the same loss: the samples of one group share their prompt, so the
-prompt is run once (its key/value cache kept, with gradient) and the G completions follow packed
-end to end in one row, each seeing the prompt and itself only (`group_logprobs`), no padding. A
+Less work per step, exactly the same loss: the samples of one group share their prompt (or, in
+a class's incremental view, the long part of it before each sample's own earlier methods), so
+that prefix is run once (its key/value cache kept, with gradient) and what follows it in each
+sample is packed end to end in one row, each seeing the prefix and itself only
+(`group_logprobs`, `prefix_groups`), no padding. A
 step whose advantages are all zero carries no signal: `update` then leaves the optimizer alone
 (Adam's momentum would still move the LoRA).
 
@@ -61,6 +63,9 @@ from pathlib import Path
 import torch
 
 from learner.config import MAGRPOConfig
+
+# what follows a group's shared prefix, packed in one row (its attention mask grows as its square)
+GROUP_TOKENS = 3072
 
 
 def group_advantages(
@@ -265,57 +270,70 @@ class AgentPolicies:
         return torch.log_softmax(scaled, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu()
 
     def group_logprobs(
-        self, agent: int, prompt_ids: list[int], completions: list[list[int]], reference=False
+        self, agent: int, samples: list[Sample], reference: bool = False
     ) -> list[torch.Tensor]:
-        """log π_agent of each completion of one prompt; the prompt is computed once.
+        """log π_agent of each sample's completion; the prompt prefix they share is computed once.
 
-        The prompt's forward pass keeps its key/value cache (with gradient, so the LoRA on the
-        prompt positions is trained as in the per-sample pass). The completions are then packed
-        end to end into one row, each at the positions after the prompt, under an attention mask
-        by which a token sees the prompt and the earlier tokens of its own completion only; the
-        vocabulary projection runs only where a logit predicts a completion token. No padding, so
-        a group of sampled completions of unequal length costs its real tokens alone. Equal to
-        `completion_logprobs` on the concatenated samples (test_magrpo.py).
+        The shared prefix's forward pass keeps its key/value cache (with gradient, so the LoRA on
+        its positions is trained as in the per-sample pass). What follows it in each sample (the
+        rest of its prompt, then its completion: the completion alone when the prompts are the
+        same) is then packed end to end into one row, each at the positions after the prefix,
+        under an attention mask by which a token sees the prefix and the earlier tokens of its own
+        sample only; the vocabulary projection runs only where a logit predicts a completion
+        token. No padding, and a long prompt a group shares (a class's skeleton before each
+        agent's own earlier methods) is run once. Equal to `completion_logprobs` on the same
+        samples (test_magrpo.py).
         """
         self.model.set_adapter(self.adapter_name(agent))
         for p in self.parameters(agent):
             p.requires_grad_(True)
         if reference:
             with torch.no_grad(), self.model.disable_adapter():
-                return self._group_logprobs(prompt_ids, completions)
-        return self._group_logprobs(prompt_ids, completions)
+                return self._group_logprobs(samples)
+        return self._group_logprobs(samples)
 
-    def _group_logprobs(self, prompt_ids: list[int], completions: list[list[int]]):
-        n_prompt = len(prompt_ids)
-        prompt = torch.tensor([prompt_ids], device=self.device)
-        head = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
-        lengths = torch.tensor([len(c) for c in completions])
+    def _group_logprobs(self, samples: list[Sample]) -> list[torch.Tensor]:
+        n_prefix = shared_prefix([s.prompt_ids for s in samples])
+        if n_prefix == 0:
+            raise ValueError("a group's prompts must share at least their first token")
+        tails = [s.prompt_ids[n_prefix:] + s.completion_ids for s in samples]
+        prefix = torch.tensor([samples[0].prompt_ids[:n_prefix]], device=self.device)
+        head = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+        lengths = torch.tensor([len(t) for t in tails])
+        scored = torch.tensor([len(s.completion_ids) for s in samples])
         total = int(lengths.sum())
-        branch = torch.repeat_interleave(torch.arange(len(completions)), lengths)
+        if total == 0:
+            return [torch.zeros(0) for _ in samples]
+        branch = torch.repeat_interleave(torch.arange(len(tails)), lengths)
         starts = torch.cumsum(lengths, 0) - lengths
         order = torch.arange(total)
-        offset = order - starts[branch]  # each token's place in its completion
+        offset = order - starts[branch]  # each token's place in its sample's tail
         own = (branch[:, None] == branch[None, :]) & (order[:, None] >= order[None, :])
-        visible = torch.cat([torch.ones(total, n_prompt, dtype=torch.bool), own], dim=1)
+        visible = torch.cat([torch.ones(total, n_prefix, dtype=torch.bool), own], dim=1)
         dtype = self.model.get_input_embeddings().weight.dtype
         mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-        # a logit predicts the next token of its own completion: none at a completion's last token
-        keep = torch.nonzero(offset < lengths[branch] - 1).squeeze(1)
+        # the logit at a tail position predicts the next tail token: kept where that is a
+        # completion token (a completion that starts the tail is begun by the prefix's last logit)
+        first = lengths - scored  # where each completion begins in its tail
+        keep = (offset >= first[branch] - 1) & (offset < lengths[branch] - 1)
+        keep = torch.nonzero(keep).squeeze(1)
         tail = self.model(
-            input_ids=torch.tensor([[t for ids in completions for t in ids]], device=self.device),
+            input_ids=torch.tensor([[t for ids in tails for t in ids]], device=self.device),
             attention_mask=mask[None, None].to(self.device),
-            position_ids=(n_prompt + offset)[None].to(self.device),
+            position_ids=(n_prefix + offset)[None].to(self.device),
             cache=head.cache,
             logits_to_keep=keep.to(self.device),
         ).logits[0]
         result, kept = [], 0
-        for ids in completions:
-            # the prompt's last logits predict every completion's first token
-            n_tail = max(len(ids) - 1, 0)
-            step_logits = torch.cat([head.logits[0, -1:], tail[kept : kept + n_tail]])
+        for s, begins in zip(samples, first.tolist(), strict=True):
+            n = len(s.completion_ids)
+            n_tail = max(n - 1, 0) if begins == 0 else n
+            step_logits = tail[kept : kept + n_tail]
+            if begins == 0:
+                step_logits = torch.cat([head.logits[0, -1:], step_logits])
             kept += n_tail
-            targets = torch.tensor(ids, device=self.device, dtype=torch.long)
-            result.append(self.token_logprobs(step_logits[: len(ids)], targets))
+            targets = torch.tensor(s.completion_ids, device=self.device, dtype=torch.long)
+            result.append(self.token_logprobs(step_logits[:n], targets))
         return result
 
     def update(
@@ -350,15 +368,12 @@ class AgentPolicies:
         rank, world = _data_parallel()
         # under torch.distributed every rank holds the same samples and passes its share of the
         # batches; the gradients are summed over the ranks before the one step all of them take
-        for indices in _batches(samples, c.micro_batch)[rank::world]:
+        for indices, shared in _batches(samples, c.micro_batch)[rank::world]:
             chunk = [samples[i] for i in indices]
             chunk_adv = advantages[indices]
-            if len({tuple(s.prompt_ids) for s in chunk}) == 1 and len(chunk) > 1:
-                completions = [s.completion_ids for s in chunk]
-                logprobs = self.group_logprobs(agent, chunk[0].prompt_ids, completions)
-                ref = None
-                if c.kl_coef:
-                    ref = self.group_logprobs(agent, chunk[0].prompt_ids, completions, True)
+            if shared:
+                logprobs = self.group_logprobs(agent, chunk)
+                ref = self.group_logprobs(agent, chunk, reference=True) if c.kl_coef else None
             else:
                 logprobs = self.completion_logprobs(agent, chunk)
                 ref = self.completion_logprobs(agent, chunk, reference=True) if c.kl_coef else None
@@ -406,12 +421,36 @@ class AgentPolicies:
         return dest
 
 
-def prompt_groups(samples: list[Sample]) -> list[list[int]]:
-    """Indices of `samples` that share a prompt, a list each, in first-seen order."""
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(samples):
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
-    return list(by_prompt.values())
+def shared_prefix(prompts: list[list[int]]) -> int:
+    """How many first tokens every prompt has in common."""
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        if any(p[i] != prompts[0][i] for p in prompts[1:]):
+            return i
+    return n
+
+
+def prefix_groups(samples: list[Sample], group_tokens: int = GROUP_TOKENS) -> list[list[int]]:
+    """Indices of `samples` whose prompts share a prefix of at least half the longest of them
+    (the same prompt, or a class's skeleton before each sample's own earlier methods), a list
+    each: the prompts sorted so that those alike are neighbours, each joining the group before
+    it while the group's prefix stays that long and what follows the prefix (the rest of each
+    prompt, and each completion) stays within `group_tokens`, which bounds the packed row's
+    attention mask. Unrelated prompts (another task's, which share a chat template's first
+    tokens) are groups of one."""
+    order = sorted(range(len(samples)), key=lambda i: samples[i].prompt_ids)
+    groups: list[list[int]] = []
+    for i in order:
+        if groups:
+            members = [samples[j] for j in groups[-1]] + [samples[i]]
+            prompts = [s.prompt_ids for s in members]
+            n = shared_prefix(prompts)
+            tails = sum(len(s.prompt_ids) - n + len(s.completion_ids) for s in members)
+            if 2 * n >= max(len(p) for p in prompts) and tails <= group_tokens:
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    return groups
 
 
 def _data_parallel() -> tuple[int, int]:
@@ -438,14 +477,15 @@ def _sum_over_ranks(parameters: list[torch.nn.Parameter], loss: float) -> float:
     return float(summed.item())
 
 
-def _batches(samples: list[Sample], micro_batch: int) -> list[list[int]]:
-    """Indices of `samples` in forward/backward batches: each group of samples sharing a prompt
-    is one batch (its prompt computed once); the rest, sorted by length so a batch pads little,
-    in batches of `micro_batch`."""
-    shared = prompt_groups(samples)
-    groups = [ids for ids in shared if len(ids) > 1]
+def _batches(samples: list[Sample], micro_batch: int) -> list[tuple[list[int], bool]]:
+    """Indices of `samples` in forward/backward batches, and whether the batch is a group that
+    shares a prompt prefix (`prefix_groups`: its prefix computed once, `group_logprobs`); the
+    rest, sorted by length so a batch pads little, in left-padded batches of `micro_batch`."""
+    found = prefix_groups(samples)
+    groups = [(ids, True) for ids in found if len(ids) > 1]
     single = sorted(
-        (ids[0] for ids in shared if len(ids) == 1),
+        (ids[0] for ids in found if len(ids) == 1),
         key=lambda i: len(samples[i].prompt_ids) + len(samples[i].completion_ids),
     )
-    return groups + [single[k : k + micro_batch] for k in range(0, len(single), micro_batch)]
+    padded = [(single[k : k + micro_batch], False) for k in range(0, len(single), micro_batch)]
+    return groups + padded

@@ -20,6 +20,8 @@ from learner.magrpo import (
     group_advantages,
     has_signal,
     policy_loss,
+    prefix_groups,
+    shared_prefix,
     turn_groups,
     update_dtype,
 )
@@ -158,8 +160,9 @@ def test_kl_penalty_is_zero_at_the_reference_and_positive_elsewhere():
 def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves_nothing(
     model_path,
 ):
-    """Real model: the shared-prompt pass (prompt once, the G completions packed in one row)
-    gives each sample's log-probs to 1e-5, and its gradients match; a step whose advantages are
+    """Real model: the shared-prompt pass (the prompt, or the prefix the prompts share, once;
+    the rest of each sample packed in one row) gives each sample's log-probs to 1e-5, and its
+    gradients match; a step whose advantages are
     all zero leaves every LoRA weight and the optimizer state bit-identical."""
     from transformers import AutoTokenizer
 
@@ -187,12 +190,23 @@ def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves
         torch.stack([lp.sum() for lp in logprobs]).sum().backward()
         return [p.grad.clone() for p in policies.parameters(0)]
 
-    shared = policies.group_logprobs(0, prompt, completions)
-    alone = [policies.completion_logprobs(0, [s])[0] for s in samples]
-    for a, b in zip(shared, alone, strict=True):
-        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
-    for a, b in zip(grads(shared), grads(alone), strict=True):
-        assert (a - b).norm() <= 1e-3 * b.norm(), ((a - b).norm(), b.norm())
+    # the same prompt, and prompts that share only a prefix (a class's skeleton before each
+    # sample's own earlier methods): the prompt itself, and two longer ones that differ
+    earlier = (
+        "Earlier:\ndef sub(a, b):\n    return a - b\n",
+        "Earlier:\ndef neg(a):\n    return -a\n",
+    )
+    prefixed = [
+        samples[0],
+        *(Sample(prompt + tokenizer.encode(e), samples[1].completion_ids) for e in earlier),
+    ]
+    for group in (samples, prefixed):
+        shared = policies.group_logprobs(0, group)
+        alone = [policies.completion_logprobs(0, [s])[0] for s in group]
+        for a, b in zip(shared, alone, strict=True):
+            assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
+        for a, b in zip(grads(shared), grads(alone), strict=True):
+            assert (a - b).norm() <= 1e-3 * b.norm(), ((a - b).norm(), b.norm())
 
     policies.update(0, samples, torch.tensor([1.0, -0.5, -0.5]))  # Adam now has momentum
     before = [p.detach().clone() for p in policies.parameters(0)]
@@ -231,7 +245,7 @@ def test_the_update_scores_tokens_under_the_sampling_temperature(model_path):
                     torch.log_softmax(step / temperature, -1)[torch.arange(len(ids)), ids]
                 )
         alone = [policies.completion_logprobs(0, [Sample(prompt, ids)])[0] for ids in completions]
-        shared = policies.group_logprobs(0, prompt, completions)
+        shared = policies.group_logprobs(0, [Sample(prompt, ids) for ids in completions])
     for i in range(len(completions)):
         at_temperature, at_one = direct[2 * i], direct[2 * i + 1]
         assert torch.allclose(alone[i], at_temperature, atol=1e-4)
@@ -258,6 +272,25 @@ def test_a_reply_a_stop_rule_emptied_counts_in_the_mean_and_moves_nothing(model_
     assert with_empty["loss"] == pytest.approx(whole["loss"] * 2 / 3, rel=1e-4)
     nothing = policies.update(0, [empty, empty], torch.tensor([0.5, -0.5]))
     assert nothing == {"loss": 0.0, "grad_norm": 0.0, "updated": False}
+
+
+def test_samples_that_share_a_long_prompt_prefix_are_one_pass_and_unrelated_ones_are_not():
+    """A class's incremental view: the same skeleton (a long prefix), then each sample's own
+    earlier methods; those samples are one group, the prefix computed once. Another task's
+    prompt shares only the chat template's first tokens: a group of its own. The packed row's
+    size bounds a group."""
+    template, skeleton = [1, 2, 3], list(range(100, 160))
+    first = Sample(template + skeleton + [7, 8], [9] * 5)  # no earlier method
+    later = [Sample(template + skeleton + [6, 40 + g, 41, 7, 8], [9] * 5) for g in range(3)]
+    other = Sample(template + list(range(500, 570)), [9] * 5)
+    samples = [later[0], other, first, later[1], later[2]]
+    assert shared_prefix([s.prompt_ids for s in samples if s is not other]) == 63
+    groups = prefix_groups(samples)
+    assert sorted(map(sorted, groups)) == [[0, 2, 3, 4], [1]]
+    # in prompt order (later 0, 1, 2, then first), each joining its neighbour while what follows
+    # their prefix fits: two later samples 9 + 9 do not, later[2] and `first` 10 + 7 do
+    assert sorted(map(sorted, prefix_groups(samples, group_tokens=17))) == [[0], [1], [2, 4], [3]]
+    assert prefix_groups([first, first]) == [[0, 1]]  # the same prompt: the completions alone
 
 
 def test_no_signal_is_detected():
@@ -341,7 +374,7 @@ def test_a_bf16_base_keeps_the_lora_in_float32_and_learns(model_path):
 
     def blue_over_green():
         with torch.no_grad():
-            blue, green = policies.group_logprobs(0, prompt, [s.completion_ids for s in samples])
+            blue, green = policies.group_logprobs(0, samples)
         return blue.sum().item() - green.sum().item()
 
     before = blue_over_green()
