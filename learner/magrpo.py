@@ -453,6 +453,21 @@ def prefix_groups(samples: list[Sample], group_tokens: int = GROUP_TOKENS) -> li
     return groups
 
 
+def update_positions(samples: list[Sample], micro_batch: int) -> int:
+    """The token positions `AgentPolicies.update`'s forward passes compute for these samples: a
+    group's shared prefix once and the rest of each sample, a padded batch's rows at its width."""
+    samples = [s for s in samples if s.completion_ids]
+    total = 0
+    for indices, shared in _batches(samples, micro_batch):
+        chunk = [samples[i] for i in indices]
+        if shared:
+            n = shared_prefix([s.prompt_ids for s in chunk])
+            total += n + sum(len(s.prompt_ids) - n + len(s.completion_ids) for s in chunk)
+        else:
+            total += len(chunk) * max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
+    return total
+
+
 def _data_parallel() -> tuple[int, int]:
     """(rank, world size) of a data-parallel update (`torchrun`, torch.distributed initialized
     with gloo on CPUs or NCCL on GPUs); (0, 1) otherwise."""

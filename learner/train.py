@@ -59,6 +59,7 @@ from learner.magrpo import (
     group_advantages,
     has_signal,
     turn_groups,
+    update_positions,
 )
 from learner.preference import PreferenceModel, run_preference_model
 from learner.registry import (
@@ -370,6 +371,10 @@ def step_metrics(run: _Run, step: int, groups, batch: _Batch, losses, updated, t
         ),
         # completion tokens the update trained on, all agents together
         "tokens_trained": sum(len(s.completion_ids) for samples in calls for s in samples),
+        # the positions the update's forward passes computed, prompts included, all agents
+        "tokens_passed": sum(
+            update_positions(samples, run.args.magrpo.micro_batch) for samples in calls
+        ),
         # the calls in the update, of the agent with the most (crossed, each its own)
         "calls_trained": max(len(samples) for samples in calls),
         "calls_by_agent": [len(samples) for samples in calls],

@@ -23,6 +23,7 @@ from learner.magrpo import (
     prefix_groups,
     shared_prefix,
     turn_groups,
+    update_positions,
     update_dtype,
 )
 from learner.report import plot_training_curve, training_curve_figure
@@ -291,6 +292,11 @@ def test_samples_that_share_a_long_prompt_prefix_are_one_pass_and_unrelated_ones
     # their prefix fits: two later samples 9 + 9 do not, later[2] and `first` 10 + 7 do
     assert sorted(map(sorted, prefix_groups(samples, group_tokens=17))) == [[0], [1], [2, 4], [3]]
     assert prefix_groups([first, first]) == [[0, 1]]  # the same prompt: the completions alone
+    # what the update's passes compute: the prefix once and each sample's rest, against every
+    # prompt whole; a padded batch of unrelated prompts at its longest row's width
+    assert update_positions(samples, micro_batch=2) == 63 + (2 + 5) + 3 * (5 + 5) + (73 + 5)
+    assert update_positions([first, first], micro_batch=2) == 65 + 2 * 5
+    assert update_positions([first, other], micro_batch=2) == 2 * (73 + 5)
 
 
 def test_no_signal_is_detected():
