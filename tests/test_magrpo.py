@@ -163,8 +163,8 @@ def test_prompt_once_per_group_gives_the_per_sample_logprobs_and_no_signal_moves
 ):
     """Real model: the shared-prompt pass (the prompt, or the prefix the prompts share, once;
     the rest of each sample packed in one row) gives each sample's log-probs to 1e-5, and its
-    gradients match; a step whose advantages are
-    all zero leaves every LoRA weight and the optimizer state bit-identical."""
+    gradients match; a step whose advantages are all zero leaves every LoRA weight and the
+    optimizer state bit-identical."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
