@@ -118,6 +118,23 @@ def padded_logprobs(policies: AgentPolicies, agent: int, samples: list[Sample]):
     return result
 
 
+def best_times(forms: dict, run, repeats: int) -> dict[str, float]:
+    """`run(form)` for each form once to warm up, then `repeats` rounds of every form in turn
+    (so a busy machine slows each alike); the best seconds of each form."""
+    timings: dict[str, list[float]] = {name: [] for name in forms}
+    for round_ in range(repeats + 1):
+        for name, form in forms.items():
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            run(form)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            if round_:
+                timings[name].append(time.perf_counter() - t0)
+    return {name: min(times) for name, times in timings.items()}
+
+
 def timed_update(logprobs_of, policies: AgentPolicies, samples, advantages) -> None:
     """One optimizer step of agent 0 from the log-probs that `logprobs_of` computes."""
     optimizer = policies.optimizers[0]
@@ -219,19 +236,9 @@ def main() -> None:
             lp for group in _groups(s) for lp in p.group_logprobs(agent, group)
         ],
     }
-    timings: dict[str, list[float]] = {name: [] for name in forms}
-    for logprobs_of in forms.values():  # warm-up
-        timed_update(logprobs_of, policies, samples, advantages)
-    for _ in range(args.repeats):
-        for name, logprobs_of in forms.items():
-            if policies.device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            timed_update(logprobs_of, policies, samples, advantages)
-            if policies.device == "cuda":
-                torch.cuda.synchronize()
-            timings[name].append(time.perf_counter() - t0)
-    best = {name: min(times) for name, times in timings.items()}
+    best = best_times(
+        forms, lambda form: timed_update(form, policies, samples, advantages), args.repeats
+    )
     for name, seconds in best.items():
         print(
             f"{name:10s} {seconds:7.2f} s per agent update  ({len(samples) / seconds:6.2f} samples/s)"
@@ -316,15 +323,12 @@ def compare_class_batches(args: argparse.Namespace, policies: AgentPolicies, pat
         print(f"{name}: {len(batches)} passes, {packed} of {len(samples)} samples packed")
     tokens = sum(len(s.prompt_ids) for s in samples) // len(samples)
     print(f"{len(samples)} samples of one agent, prompt ~{tokens} tokens; {policies.device}")
-    timings: dict[str, list[float]] = {name: [] for name in forms}
-    for round_ in range(args.repeats + 1):
-        for name, grouping in forms.items():
-            with mock.patch.object(magrpo, "prefix_groups", grouping):
-                t0 = time.perf_counter()
-                policies.update(0, samples, advantages)
-                if round_:  # the first round warms up
-                    timings[name].append(time.perf_counter() - t0)
-    best = {name: min(times) for name, times in timings.items()}
+
+    def batched_update(grouping) -> None:
+        with mock.patch.object(magrpo, "prefix_groups", grouping):
+            policies.update(0, samples, advantages)
+
+    best = best_times(forms, batched_update, args.repeats)
     for name, seconds in best.items():
         print(
             f"{name:16s} {seconds:7.2f} s per agent update  "
