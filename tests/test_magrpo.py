@@ -23,8 +23,8 @@ from learner.magrpo import (
     prefix_groups,
     shared_prefix,
     turn_groups,
-    update_positions,
     update_dtype,
+    update_positions,
 )
 from learner.report import plot_training_curve, training_curve_figure
 from learner.reward_config import RewardWeights
