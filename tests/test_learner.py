@@ -465,9 +465,10 @@ def test_coteam_train_on_classes_publishes_class_versions_and_leaves_the_coders_
     assert all(set(e["rewards"]) >= {"tests", "whole_class", "speed"} for e in sampled)
     methods = sum(len(json.loads(t["observation"])) for e in sampled for t in e["turns"])
     assert step["tokens_generated"] > 0 and methods >= 2 * 2
-    assert step["tokens_passed"] > step["tokens_trained"] > 0  # each call's view, and its reply
     if step["updated"]:  # every call of each agent, one per method it wrote
         assert sum(step["calls_by_agent"]) == methods
+        # the update passed each call's view, not only its reply
+        assert step["tokens_passed"] > step["tokens_trained"] > 0
     assert {a: r["version"] for a, r in coding.items()} == {0: 1, 1: 1}
     for lineage in rows.values():
         shipped, candidate = lineage
