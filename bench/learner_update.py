@@ -68,7 +68,6 @@ from learner.magrpo import (  # noqa: E402
     AgentPolicies,
     Sample,
     policy_loss,
-    prefix_groups,
 )
 
 
@@ -306,13 +305,6 @@ def compare_class_batches(args: argparse.Namespace, policies: AgentPolicies, pat
     import learner.magrpo as magrpo
 
     samples, advantages = class_samples(args, path)
-
-    def same_prompt(samples: list[Sample]) -> list[list[int]]:
-        by_prompt: dict[tuple[int, ...], list[int]] = {}
-        for i, s in enumerate(samples):
-            by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
-        return list(by_prompt.values())
-
     forms = {"same prompt": same_prompt}
     for cap in (int(c) for c in args.group_tokens.split(",")):
         forms[f"prefix, {cap}"] = functools.partial(magrpo.prefix_groups, group_tokens=cap)
@@ -391,9 +383,18 @@ def compare_processes(args: argparse.Namespace) -> None:
         print(f"{args.processes} processes: {seconds[1] / seconds[args.processes]:.2f}x one")
 
 
+def same_prompt(samples: list[Sample]) -> list[list[int]]:
+    """Indices of the samples that have the same prompt, a list each, in first-seen order (the
+    update's groups until 2026-12-07; the padded form's groups)."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    return list(by_prompt.values())
+
+
 def _groups(samples: list[Sample]) -> list[list[Sample]]:
-    """The samples that share a prompt, a list each, in first-seen order."""
-    return [[samples[i] for i in ids] for ids in prefix_groups(samples)]
+    """The samples that have the same prompt, a list each, in first-seen order."""
+    return [[samples[i] for i in ids] for ids in same_prompt(samples)]
 
 
 if __name__ == "__main__":
