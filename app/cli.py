@@ -313,9 +313,10 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
 
     p = sub.add_parser(
         "adapters",
-        help="list, promote or roll back the agents' adapter versions, or ship the active team",
+        help="list, add, promote or roll back the agents' adapter versions, or ship the active "
+        "team",
     )
-    p.add_argument("action", choices=["list", "promote", "rollback", "ship"])
+    p.add_argument("action", choices=["list", "add", "promote", "rollback", "ship"])
     p.add_argument(
         "--agent",
         type=int,
@@ -327,7 +328,13 @@ def _add_training_commands(sub: argparse._SubParsersAction, default_model: str) 
         "--kind",
         choices=WORK_KINDS,
         default="coding",
-        help="rollback, ship: the kind of work whose versions (each kind has its own active one)",
+        help="add, rollback, ship: the kind of work whose versions (each kind has its own active "
+        "one)",
+    )
+    p.add_argument(
+        "--path",
+        help="add: a PEFT adapter folder (another installation's version, a kept candidate) to "
+        "register as --agent's next version, a candidate until promoted",
     )
     p.add_argument("--json", action="store_true", help="list: one JSON object per version")
     p.add_argument(

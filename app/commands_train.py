@@ -139,6 +139,15 @@ def cmd_adapters(args: argparse.Namespace) -> int:
                         f"{row['state']:9s} parent {parent:5s} {row['created_at']}{extra}  "
                         f"{row['path']}"
                     )
+        elif args.action == "add":
+            from learner.registry import add_version
+
+            if args.agent is None or args.path is None:
+                raise ValueError("add needs --agent and --path")
+            row = add_version(db, args.agent - 1, args.path, args.kind)
+            name = adapter_name(args.agent - 1, row["version"])
+            print(f"{name} ({args.kind}) is a candidate: coteam adapters promote --agent "
+                  f"{args.agent} --version {row['version']} serves it")  # fmt: skip
         elif args.action == "promote":
             if args.agent is None or args.version is None:
                 raise ValueError("promote needs --agent and --version")

@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 import store
-from agents.serving.policy import PolicyClient, served_as
+from agents.serving.policy import LORA_MODULES, PolicyClient, adapter_modules, served_as
 from store.adapters import adapter_name, agent_label
 from store.paths import adapters_dir
 
@@ -75,6 +75,33 @@ def publish_candidate(
         training_run_id=training_run_id,
         kind=kind,
     )
+
+
+def add_version(db: Database, agent: int, folder: str | Path, kind: str) -> dict:
+    """Register a PEFT adapter folder made elsewhere (another installation's version, or a
+    candidate kept with the record of the run that trained it) as the agent's next version of
+    `kind`, a candidate: copied into this database's folder, served only once promoted by hand
+    (`coteam adapters promote`). Refuses a folder that is not an adapter the server can apply:
+    no config or weights, another rank than the learner's, modules the server does not adapt."""
+    from learner.config import MAGRPOConfig
+
+    folder = Path(folder)
+    files = ("adapter_config.json", "adapter_model.safetensors")
+    if missing := [name for name in files if not (folder / name).is_file()]:
+        raise ValueError(f"{folder} is not a PEFT adapter folder: no {', '.join(missing)}")
+    rank = json.loads((folder / files[0]).read_text()).get("r")
+    if rank != MAGRPOConfig.lora_rank:
+        raise ValueError(
+            f"{folder} has LoRA rank {rank}: CoTeam serves rank {MAGRPOConfig.lora_rank}"
+        )
+    modules = adapter_modules(folder)
+    if not modules or modules - set(LORA_MODULES):
+        raise ValueError(
+            f"{folder} trains {', '.join(sorted(modules)) or 'no module it names'}: the server "
+            f"applies LoRA to {', '.join(LORA_MODULES)} only"
+        )
+    metrics = {"source": "added", "from": str(folder.resolve())}
+    return publish_candidate(db, agent, folder, kind=kind, metrics=metrics)
 
 
 def adapter_source(row: dict) -> str:

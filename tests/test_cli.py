@@ -351,6 +351,41 @@ def test_adapters_list_json_gives_each_version_its_server_name_and_source(tmp_pa
     assert listed[0]["training_run"] == run_id and listed[1]["parent_version"] == 1
 
 
+def test_adapters_add_registers_a_kept_folder_as_a_candidate_and_refuses_what_cannot_serve(
+    tmp_path,
+):
+    """A candidate kept with a run's record (or another installation's version) comes back as the
+    agent's next version of its kind, a candidate, copied into the database's own folder; a
+    folder of another rank or of modules the server does not adapt is refused, nothing added."""
+    db_path = tmp_path / "c.db"
+
+    def folder(name: str, config: dict) -> str:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "adapter_config.json").write_text(json.dumps(config))
+        (path / "adapter_model.safetensors").write_bytes(b"weights")
+        return str(path)
+
+    kept = folder("kept", {"r": 8, "target_modules": ["q_proj", "v_proj"]})
+    added = coteam("adapters", "add", "--agent", "2", "--kind", "class", "--path", kept,
+                   "--db", str(db_path))  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert "agent2-v1 (class) is a candidate" in added.stdout
+    for config, says in [
+        ({"r": 16, "target_modules": ["q_proj"]}, "has LoRA rank 16: CoTeam serves rank 8"),
+        ({"r": 8, "target_modules": ["q_proj", "up_proj"]}, "the server applies LoRA to"),
+    ]:
+        bad = folder(f"bad{config['r']}{len(config['target_modules'])}", config)
+        refused = coteam("adapters", "add", "--agent", "2", "--path", bad, "--db", str(db_path))
+        assert refused.returncode == 1 and says in refused.stderr, refused.stderr
+    listed = json.loads(coteam("adapters", "list", "--json", "--db", str(db_path)).stdout)
+    assert [(v["name"], v["kind"], v["state"], v["source"]) for v in listed] == [
+        ("agent2-v1", "class", "candidate", "registered")
+    ]
+    assert listed[0]["path"] != kept
+    assert (Path(listed[0]["path"]) / "adapter_model.safetensors").read_bytes() == b"weights"
+
+
 def test_every_command_the_readme_names_exists_and_the_readme_stays_a_short_guide():
     import re
     from pathlib import Path
@@ -380,6 +415,7 @@ def test_every_command_the_readme_names_exists_and_the_readme_stays_a_short_guid
             ["adapters", "promote", "--agent", "4", "--version", "9"],
             "agent4 has no adapter version",
         ),
+        (["adapters", "add", "--agent", "1", "--path", "/nope"], "not a PEFT adapter folder"),
         (
             ["adapters", "rollback", "--agent", "1", "--kind", "writing"],
             "no active writing adapter",
