@@ -206,19 +206,27 @@ def main() -> None:
         help="--view class: the packed row's bound (`prefix_groups`), a comma-separated list to "
         "time several",
     )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="--view class, instead of timing: one update for each --group-tokens bound, each in "
+        "a process of its own, with its seconds and the process's peak resident memory",
+    )
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.processes:
         return compare_processes(args)
     if args.ddp_worker:
         return ddp_worker(args)
+    if args.memory and "," in args.group_tokens:
+        return memory_per_bound(args)
     torch.set_num_threads(os.cpu_count() or 1)
     path = provision_model(args.model)
     policies = AgentPolicies(str(path), n_agents=1, config=MAGRPOConfig())
     if args.check:
         return check(policies)
     if args.view == "class":
-        return compare_class_batches(args, policies, path)
+        return (one_update if args.memory else compare_class_batches)(args, policies, path)
     samples, advantages = step_samples(args, path)
     lengths = [len(s.completion_ids) for s in samples[: args.group_size]]
     prompt_tokens = sum(len(s.prompt_ids) for s in samples) // len(samples)
@@ -326,6 +334,42 @@ def compare_class_batches(args: argparse.Namespace, policies: AgentPolicies, pat
             f"{name:16s} {seconds:7.2f} s per agent update  "
             f"{best['same prompt'] / seconds:.2f}x same prompt"
         )
+
+
+def memory_per_bound(args: argparse.Namespace) -> None:
+    """This script again with --memory for each --group-tokens bound, one process each: a
+    process's peak memory is only its own."""
+    import subprocess
+
+    for cap in args.group_tokens.split(","):
+        argv = [a for a in sys.argv[1:] if not a.startswith("--group-tokens")]
+        argv = [a for a in argv if a != args.group_tokens]
+        subprocess.run([sys.executable, __file__, *argv, f"--group-tokens={cap}"], check=True)
+
+
+def one_update(args: argparse.Namespace, policies: AgentPolicies, path) -> None:
+    """One `AgentPolicies.update` on a class step's samples grouped under one bound: its passes,
+    seconds and the process's peak resident memory, before the update and after."""
+    import resource
+    from unittest import mock
+
+    import learner.magrpo as magrpo
+
+    samples, advantages = class_samples(args, path)
+    cap = int(args.group_tokens)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    grouping = functools.partial(magrpo.prefix_groups, group_tokens=cap)
+    with mock.patch.object(magrpo, "prefix_groups", grouping):
+        passes = len(magrpo._batches(samples, policies.config.micro_batch))
+        t0 = time.perf_counter()
+        policies.update(0, samples, advantages)
+        seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(
+        f"bound {cap}: {len(samples)} samples, {passes} passes, {seconds:.1f} s, peak memory "
+        f"{peak:.2f} GB ({before:.2f} GB before the update)",
+        flush=True,
+    )
 
 
 def ddp_worker(args: argparse.Namespace) -> None:

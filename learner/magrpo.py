@@ -64,8 +64,11 @@ import torch
 
 from learner.config import MAGRPOConfig
 
-# what follows a group's shared prefix, packed in one row (its attention mask grows as its square)
-GROUP_TOKENS = 3072
+# what follows a group's shared prefix, packed in one row: the pass keeps every layer's attention
+# weights for its backward, which grow as this times the row with the prefix (3072 took one
+# agent's class-step update to 17.4 GB, beside vLLM's 7 on a 24 GB machine; 1536: 10.4 GB and
+# faster; docs/runs/training-log.md)
+GROUP_TOKENS = 1536
 
 
 def group_advantages(
