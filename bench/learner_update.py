@@ -218,6 +218,8 @@ def main() -> None:
         return compare_processes(args)
     if args.ddp_worker:
         return ddp_worker(args)
+    if args.memory and args.view != "class":
+        parser.error("--memory measures the class view's update: add --view class")
     if args.memory and "," in args.group_tokens:
         return memory_per_bound(args)
     torch.set_num_threads(os.cpu_count() or 1)
