@@ -64,10 +64,9 @@ import torch
 
 from learner.config import MAGRPOConfig
 
-# what follows a group's shared prefix, packed in one row: the pass keeps every layer's attention
-# weights for its backward, which grow as this times the row with the prefix (3072 took one
-# agent's class-step update to 17.4 GB, beside vLLM's 7 on a 24 GB machine; 1536: 10.4 GB and
-# faster; docs/runs/training-log.md)
+# what follows a group's shared prefix, packed in one row; the pass's memory grows with it (the
+# attention over the row and its prefix, kept for the backward): the bound that made a class
+# step's update both the shortest and the smallest of those measured (docs/runs/training-log.md)
 GROUP_TOKENS = 1536
 
 
