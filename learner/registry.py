@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 import store
-from agents.serving.policy import LORA_MODULES, PolicyClient, adapter_modules, served_as
+from agents.serving.policy import PolicyClient, modules_refused, served_as
 from store.adapters import adapter_name, agent_label
 from store.paths import adapters_dir
 
@@ -94,12 +94,8 @@ def add_version(db: Database, agent: int, folder: str | Path, kind: str) -> dict
         raise ValueError(
             f"{folder} has LoRA rank {rank}: CoTeam serves rank {MAGRPOConfig.lora_rank}"
         )
-    modules = adapter_modules(folder)
-    if not modules or modules - set(LORA_MODULES):
-        raise ValueError(
-            f"{folder} trains {', '.join(sorted(modules)) or 'no module it names'}: the server "
-            f"applies LoRA to {', '.join(LORA_MODULES)} only"
-        )
+    if refused := modules_refused(folder, unnamed=True):
+        raise ValueError(f"{folder} {refused}")
     metrics = {"source": "added", "from": str(folder.resolve())}
     return publish_candidate(db, agent, folder, kind=kind, metrics=metrics)
 

@@ -51,6 +51,17 @@ def adapter_modules(path: str | os.PathLike) -> set[str]:
     return {modules} if isinstance(modules, str) else set(modules or ())
 
 
+def modules_refused(path: str | os.PathLike, *, unnamed: bool = False) -> str | None:
+    """Why the server cannot apply the adapter in folder `path` ("trains up_proj: the server
+    applies LoRA to q_proj, ... only"), or None: it trains modules the server does not adapt
+    (`LORA_MODULES`); with `unnamed`, also when its config names no module it trains."""
+    modules = adapter_modules(path)
+    if modules - set(LORA_MODULES) or (unnamed and not modules):
+        trains = ", ".join(sorted(modules - set(LORA_MODULES))) or "no module it names"
+        return f"trains {trains}: the server applies LoRA to {', '.join(LORA_MODULES)} only"
+    return None
+
+
 class PolicyError(RuntimeError):
     """The server refused or failed a request; the message says which and why."""
 
@@ -249,12 +260,8 @@ class PolicyClient:
 
     def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter folder `path` under the new name `name` (e.g. `agent1-v3`)."""
-        others = adapter_modules(path) - set(LORA_MODULES)
-        if others:
-            raise PolicyError(
-                f"adapter {name!r} ({path}) trains {', '.join(sorted(others))}: the server "
-                f"applies LoRA to {', '.join(LORA_MODULES)} only"
-            )
+        if refused := modules_refused(path):
+            raise PolicyError(f"adapter {name!r} ({path}) {refused}")
         lora = {"lora_name": served_as(name, path), "lora_path": str(path)}
         self._post("/v1/load_lora_adapter", lora)
         self.loaded[name] = str(path)
