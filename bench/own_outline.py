@@ -14,11 +14,11 @@ is written greedily, through a managed vLLM server, as:
               until 2026-12-06 (since, by what it is about: `agents.tasks.request_subject`)
     subject-briefs  the default outline (its headings and leads) with each brief naming the
               subject the request asks about ("The origins and history of Achilles: ...")
-    planned   (--plan) the request with the outline the model itself writes in one planning
-              call first (`agents.team.outline.plan_outline`: JSON held to a schema by the
-              server's grammar; its time is added to the episode's, its tokens to the critical
-              path); a plan without four distinct headings falls back to the default outline
-              and is counted
+    planned   (--plan) the request with the outline planned in one call first
+              (`agents.team.outline.plan_outline`: the model names the parts in JSON held to a
+              schema by the server's grammar, the environment writes their briefs and leads;
+              its time is added to the episode's, its tokens to the critical path); a plan
+              without four distinct headings falls back to the default outline and is counted
 
 by the team (`parallel`, --agents writers) and by `single`, and every document is scored by the
 one scoring path (`learner.episode.play`, the set's article as the reference for every

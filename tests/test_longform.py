@@ -4,6 +4,7 @@ person would. The graph runs with a scripted policy (logic only); the reward use
 sentence-embedding model."""
 
 import itertools
+import json
 import math
 import re
 
@@ -25,6 +26,7 @@ from agents.team.outline import (
     document_sections,
     match_heading,
     own_sections,
+    plan_outline,
     structure_compliance,
     writer_stop,
 )
@@ -108,6 +110,39 @@ def test_a_section_line_may_give_the_words_its_text_begins_with():
         {"heading": "Effects", "brief": "on coasts"},
         {"heading": "History", "brief": ""},
     ]
+
+
+def test_a_planned_outline_takes_the_models_headings_and_the_environments_briefs_and_leads():
+    """The planner names the parts; every later part is briefed to its heading and begun with a
+    lead into its matter (names the request capitalises keep their capitals), never with the
+    subject's definition, which the first part alone gives. A plan of repeated or too few
+    headings, or cut off, is no plan: the caller keeps the default outline."""
+    request = "Write an explainer about Apollo 11 and NASA for a general reader"
+    headings = [
+        "The mission",
+        "NASA's Saturn V rocket",
+        "Landing on the Moon's surface",
+        "Apollo 11 today",
+    ]
+
+    def planner(reply):
+        return ScriptedPolicy(lambda ask: reply)
+
+    lines, reply, _ = plan_outline(planner(json.dumps({"headings": headings})), request)
+    task = longform_prompt_task(request, lines)
+    outline = task.extra["outline"]
+    assert [s["heading"] for s in outline] == headings
+    assert "lead" not in outline[0] and "defines" in outline[0]["brief"]
+    assert [s["lead"] for s in outline[1:]] == [
+        "When it comes to NASA's Saturn V rocket,",
+        "As for landing on the Moon's surface,",
+        "Turning to Apollo 11 today,",
+    ]
+    assert all(s["brief"].startswith("Only ") for s in outline[1:])
+    assert task.extra["title"] == "Apollo 11 and NASA"
+    for bad in (headings[:3] + ["the Mission"], headings[:3], '{"headings": ["The mis'):
+        text = bad if isinstance(bad, str) else json.dumps({"headings": bad})
+        assert plan_outline(planner(text), request)[0] is None
 
 
 @pytest.mark.parametrize(

@@ -36,17 +36,19 @@ def test_a_repetition_penalty_reaches_the_server(policy):
 
 def test_a_plain_writing_request_is_planned_in_json_the_server_holds_it_to(policy):
     """The planning call's reply is JSON of the plan's schema, whatever the small model would
-    rather write (asked for `Heading: brief` lines it wrote the article: evaluation-log)."""
+    rather write (asked for `Heading: brief` lines it wrote the article: evaluation-log): four
+    headings, each a phrase a lead can continue (no question mark, colon or bar)."""
     import json
+    import re
 
-    from agents.team.outline import plan_outline, plan_schema
+    from agents.team.outline import PLAN_HEADING, plan_outline, plan_schema
 
     lines, reply, tokens = plan_outline(policy, "A short guide to brewing good coffee at home")
     if tokens < PLAN_MAX_TOKENS:  # not cut off: the grammar closed it, so it parses
-        sections = json.loads(reply)["sections"]
-        assert len(sections) == 4 and all(set(s) == {"heading", "brief", "lead"} for s in sections)
+        headings = json.loads(reply)["headings"]
+        assert len(headings) == 4 and all(re.fullmatch(PLAN_HEADING, h) for h in headings)
     assert lines is None or len(lines.splitlines()) == 4
-    assert plan_schema(4)["properties"]["sections"]["minItems"] == 4
+    assert plan_schema(4)["properties"]["headings"]["minItems"] == 4
 
 
 def test_min_tokens_reaches_the_server_and_holds_off_the_end_of_a_begun_reply(policy):

@@ -21,7 +21,7 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 
-from agents.tasks import Task
+from agents.tasks import LEAD_MARK, Task
 
 # One style sheet for every writer of a document: the consistency the reward checks for.
 STYLE_SHEET = (
@@ -33,72 +33,94 @@ STYLE_SHEET = (
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s*(.+?)\s*#*\s*$", re.M)
 
 
-# A person's plain request (no sections named): one planning call writes the outline from it,
-# in JSON a grammar holds it to (the 0.5B model asked for `Heading: brief` lines wrote the
-# article instead, 12 of 12 times: docs/runs/evaluation-log.md)
+# A person's plain request (no sections named): one planning call names the parts, in JSON a
+# grammar holds it to (the 0.5B model asked for `Heading: brief` lines wrote the article instead,
+# 12 of 12 times), and the environment writes each part's brief and lead around its heading: the
+# planner's own briefs and leads restated the subject's definition in every part, and so did
+# every writer begun from them (docs/runs/evaluation-log.md).
 PLAN_SYSTEM = (
-    "You plan documents; you never write them. Split the request into {n} sections that each "
-    "cover a different part of what was asked, in reading order. Each heading names its part of "
-    "the subject in a few words; each brief says in one short phrase what only that section "
-    "explains; each lead is the first three to six words of that section's text, a sentence "
-    "start that fits that section alone (never the subject's definition, except in the first)."
+    "You plan documents; you never write them. Name the {n} parts a reader needs to get what "
+    "the request asks for, in reading order, the first one introducing it. Each heading is a "
+    "short noun phrase, two to six words, naming one part of what was asked; no two parts "
+    "alike, no question, no 'Conclusion'."
 )
-PLAN_MAX_TOKENS = 400
+PLAN_MAX_TOKENS = 160
+# a heading a lead can continue: words, no question mark, no colon or bar (an outline line's marks)
+PLAN_HEADING = r"^[A-Za-z0-9][A-Za-z0-9 ,'&()/-]*$"
+PLAN_FIRST_BRIEF = "What it is, plainly, and who it matters to. Only this section defines it."
+PLAN_BRIEF = "Only {part}: the first section has defined the subject, so this one does not."
+# the words each later part's text begins with, by its place (cycled): each takes the writer
+# into its own part's matter, not to the subject's definition
+PLAN_LEADS = ("When it comes to {part},", "As for {part},", "Turning to {part},")
 
 
 def plan_schema(n: int) -> dict:
-    """The JSON an outline of `n` sections is written in."""
-    section = {
-        "type": "object",
-        "properties": {
-            "heading": {"type": "string", "minLength": 2, "maxLength": 60},
-            "brief": {"type": "string", "minLength": 2, "maxLength": 140},
-            "lead": {"type": "string", "minLength": 2, "maxLength": 48},
-        },
-        "required": ["heading", "brief", "lead"],
-        "additionalProperties": False,
-    }
+    """The JSON the `n` headings of a plan are written in."""
+    heading = {"type": "string", "minLength": 3, "maxLength": 48, "pattern": PLAN_HEADING}
     return {
         "type": "object",
         "properties": {
-            "sections": {"type": "array", "items": section, "minItems": n, "maxItems": n}
+            "headings": {"type": "array", "items": heading, "minItems": n, "maxItems": n}
         },
-        "required": ["sections"],
+        "required": ["headings"],
         "additionalProperties": False,
     }
 
 
 def plan_outline(policy, request: str, n: int = 4) -> tuple[str | None, str, int]:
-    """The sections the model plans for a plain `request`, as `Heading: brief | begins: lead`
-    lines (what `agents.tasks.longform_prompt_task` takes; None when the plan is not `n`
-    distinct headings: the caller keeps the default outline), the planning call's reply and its
-    output tokens. A section's lead is the words its writer's reply begins with, as the default
-    outline's are: with a heading and a brief alone, every writer opened with its definition of
-    the subject (docs/runs/evaluation-log.md)."""
+    """The sections planned for a plain `request`, as `Heading: brief | begins: lead` lines
+    (what `agents.tasks.longform_prompt_task` takes; None when the plan is not `n` distinct
+    headings: the caller keeps the default outline), the planning call's reply and its output
+    tokens. The model names the parts (`PLAN_SYSTEM`); each part's brief and lead are the
+    environment's (`planned_lines`)."""
     import json
 
     from agents.serving.policy import Request
-    from agents.tasks import LEAD_MARK
 
     messages = [
         {"role": "system", "content": PLAN_SYSTEM.format(n=n)},
-        {"role": "user", "content": f"Request: {request.strip()}\nPlan {n} sections."},
+        {"role": "user", "content": f"Request: {request.strip()}\nName its {n} parts."},
     ]
     ask = Request(messages, max_tokens=PLAN_MAX_TOKENS, json_schema=plan_schema(n))
     [done] = policy.generate([ask])
     try:
-        sections = json.loads(done.text)["sections"]
-        lines = [
-            f"{_one_line(s['heading']).replace(':', ' -')}: {_one_line(s['brief'])}"
-            f"{LEAD_MARK}{_one_line(s['lead'])}"
-            for s in sections
-        ]
+        headings = [_one_line(h).replace(":", " -") for h in json.loads(done.text)["headings"]]
     except (ValueError, KeyError, TypeError, AttributeError):  # cut off at the token limit
         return None, done.text, done.completion_tokens
-    headings = {normalize(line.partition(":")[0]) for line in lines}
-    if len(lines) != n or len(headings) != n or "" in headings:
+    names = {normalize(h) for h in headings}
+    if len(headings) != n or len(names) != n or "" in names:
         return None, done.text, done.completion_tokens
-    return "\n".join(lines), done.text, done.completion_tokens
+    return "\n".join(planned_lines(headings, request)), done.text, done.completion_tokens
+
+
+def planned_lines(headings: Sequence[str], request: str) -> list[str]:
+    """An outline's lines for planned `headings`: the first defines the subject, with no lead;
+    each later one is briefed to its heading alone and begun with a lead into its heading's
+    matter ("As for the immune response,")."""
+    names = set(re.findall(r"(?<!^)(?<![.!?] )\b([A-Z][\w'-]*)", request.strip()))
+    lines = [f"{headings[0]}: {PLAN_FIRST_BRIEF}"]
+    for k, heading in enumerate(headings[1:]):
+        part = mid_sentence(heading, names)
+        lead = PLAN_LEADS[k % len(PLAN_LEADS)].format(part=part)
+        lines.append(f"{heading}: {PLAN_BRIEF.format(part=part)}{LEAD_MARK}{lead}")
+    return lines
+
+
+def mid_sentence(heading: str, names: set[str]) -> str:
+    """A heading as words in a sentence: lower case but for names (those `names` holds, the
+    request's capitalised words, or an acronym) and, in a heading written in sentence case
+    ("Landing on the Moon"), the capitals it gives a later word; in title case ("Mission
+    Details") every other word is lower-cased."""
+    words = heading.split()
+    title_case = all(w[0].isupper() for w in words if len(w) > 3)
+
+    def name(word: str) -> bool:
+        bare = word.removesuffix("'s").removesuffix("'")
+        return bare in names or (bare.isupper() and bare.isalpha())
+
+    return " ".join(
+        w if name(w) or (k > 0 and not title_case) else w.lower() for k, w in enumerate(words)
+    )
 
 
 def _one_line(text: str) -> str:
