@@ -763,12 +763,7 @@ def test_co_code_offers_classes_and_runs_a_class_team_with_a_verdict_per_test_cl
 def test_co_write_plans_the_sections_from_a_plain_request_for_the_person_to_edit(tmp_path):
     from agents.serving.policy import _options
 
-    plan = {
-        "sections": [
-            {"heading": f"Part {k}", "brief": f"what {k} covers", "lead": f"In part {k},"}
-            for k in range(4)
-        ]
-    }
+    plan = {"headings": ["What vaccines are", "Antigens", "Memory cells", "Boosters"]}
 
     def respond(request):
         return json.dumps(plan) if request.json_schema else reply(request)
@@ -776,15 +771,15 @@ def test_co_write_plans_the_sections_from_a_plain_request_for_the_person_to_edit
     ctx = AppContext(FakeClient(respond), db_path=tmp_path / "coteam.db")
     tab = built(ctx, CoworkTab(ctx, "writing"))
     lines = tab.plan_sections("How vaccines train the immune system")
-    assert lines.splitlines() == [
-        f"Part {k}: what {k} covers | begins: In part {k}," for k in range(4)
-    ]
+    assert [line.partition(":")[0] for line in lines.splitlines()] == plan["headings"]
+    assert lines.splitlines()[2].endswith("| begins: As for memory cells,")
     [asked] = ctx.client.requests  # one call, held to the plan's JSON by the server
-    assert asked.json_schema["properties"]["sections"]["minItems"] == 4
+    assert asked.json_schema["properties"]["headings"]["minItems"] == 4
     assert "How vaccines train the immune system" in asked.messages[-1]["content"]
     assert _options(asked)["response_format"]["json_schema"]["schema"] == asked.json_schema
-    plan["sections"][1]["heading"] = "part 0"  # two sections alike: the box is kept
+    plan["headings"][1] = "what vaccines ARE"  # two sections alike: the box is kept
     assert tab.plan_sections("How vaccines train the immune system") == gr.skip()
     assert tab.plan_sections("   ") == gr.skip() and len(ctx.client.requests) == 2
     task = chosen_task("writing", "own_longform", None, "How vaccines work", "", lines)
-    assert [s["heading"] for s in task.extra["outline"]] == [f"Part {k}" for k in range(4)]
+    headings = ["What vaccines are", "Antigens", "Memory cells", "Boosters"]
+    assert [s["heading"] for s in task.extra["outline"]] == headings
