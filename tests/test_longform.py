@@ -25,6 +25,7 @@ from agents.team.outline import (
     assign_sections,
     document_sections,
     match_heading,
+    mid_sentence,
     own_sections,
     plan_outline,
     structure_compliance,
@@ -139,6 +140,7 @@ def test_a_planned_outline_takes_the_models_headings_and_the_environments_briefs
         "Turning to Apollo 11 today,",
     ]
     assert all(s["brief"].startswith("Only ") for s in outline[1:])
+    assert mid_sentence("Mission Details", {"NASA"}) == "mission details"  # title case
     assert task.extra["title"] == "Apollo 11 and NASA"
     for bad in (headings[:3] + ["the Mission"], headings[:3], '{"headings": ["The mis'):
         text = bad if isinstance(bad, str) else json.dumps({"headings": bad})

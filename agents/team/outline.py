@@ -109,8 +109,9 @@ def planned_lines(headings: Sequence[str], request: str) -> list[str]:
 def mid_sentence(heading: str, names: set[str]) -> str:
     """A heading as words in a sentence: lower case but for names (those `names` holds, the
     request's capitalised words, or an acronym) and, in a heading written in sentence case
-    ("Landing on the Moon"), the capitals it gives a later word; in title case ("Mission
-    Details") every other word is lower-cased."""
+    ("Landing on the Moon's surface"), the capitals it gives a later word; in title case
+    (every word of four letters or more capitalised: "Mission Details") every other word is
+    lower-cased."""
     words = heading.split()
     title_case = all(w[0].isupper() for w in words if len(w) > 3)
 
