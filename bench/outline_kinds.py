@@ -99,7 +99,11 @@ def menu_choice(client, request: str) -> list[str]:
 
 def yes_no(client, request: str) -> dict[str, bool]:
     """Each kind's yes or no, one call each."""
-    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}}
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"enum": ["yes", "no"]}},
+        "required": ["answer"],
+    }
     subject = request_subject(request)
     asks = [
         Request(
