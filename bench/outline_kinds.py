@@ -17,8 +17,8 @@ this checks the choice alone, three ways, greedy, on the base model:
 for the held-out long-form requests (all "an explainer article about X") and `OTHER_REQUESTS`
 (a how, a why, a risks and a kinds request among them, written before any was tried). Prints
 each request's choices and, per way, how many requests chose each kind and how many got the
-menu's first three in its order; a choice that follows the menu's order or the kind's name, not the request,
-is not an outline made from the request.
+menu's first three in its order; a choice that follows the menu's order or the kind's name,
+not the request, is not an outline made from the request.
 
 Usage: python bench/outline_kinds.py [--limit 12] [--vllm-url URL] [--json PATH]
 """
